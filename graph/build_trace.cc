@@ -1,0 +1,198 @@
+#include "graph/build_trace.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "graph/ivalue_tensors.h"
+#include "graph/label.h"
+
+namespace torchlens {
+namespace {
+
+struct LayerNumbers {
+  int type_index = 0;
+  int step_index = 0;
+  int passes = 0;
+};
+
+}  // namespace
+
+std::string OpTypeName(const c10::OperatorName& name) {
+  absl::string_view base = name.name;
+  if (const size_t colons = base.rfind("::"); colons != absl::string_view::npos) {
+    base = base.substr(colons + 2);
+  }
+  if (base.size() > 4 && absl::StartsWith(base, "__") && absl::EndsWith(base, "__")) {
+    base = base.substr(2, base.size() - 4);
+  }
+  return std::string(base);
+}
+
+Trace BuildTrace(CaptureRecord record) {
+  const std::vector<NodeRecord>& nodes = record.nodes;
+  std::vector<Op> ops(nodes.size());
+
+  // Buffer numbers in order of first appearance; versions counted per buffer.
+  std::vector<int> buffer_number(record.buffers.size(), 0);
+  std::vector<int> buffer_versions(record.buffers.size(), 0);
+  int buffers_seen = 0;
+  // Layer numbers in order of first execution.
+  absl::flat_hash_map<int32_t, LayerNumbers> layers;
+  absl::flat_hash_map<std::string, int> layers_of_type;
+  int steps = 0;
+  int inputs = 0;
+  int outputs = 0;
+
+  auto fill_outputs = [&](const NodeRecord& node, Op& op) {
+    for (int32_t i = node.outputs_begin; i < node.outputs_end; ++i) {
+      const OutputRecord& output = record.outputs[i];
+      at::Tensor value = output.slot >= 0 ? record.slots[output.slot] : at::Tensor();
+      if (i == node.outputs_begin) {
+        op.out = value;
+        op.tensor_shape.assign(record.shapes.begin() + output.shape_begin,
+                               record.shapes.begin() + output.shape_begin + output.ndim);
+        if (output.dtype != c10::ScalarType::Undefined) {
+          op.tensor_dtype = c10::toString(output.dtype);
+        }
+      }
+      if (record.saved_values) op.outs.push_back(std::move(value));
+    }
+  };
+
+  // First pass: labels and node-local fields.
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const NodeRecord& node = nodes[n];
+    Op& op = ops[n];
+    switch (node.kind) {
+      case NodeRecord::Kind::kInput:
+        op.type = "input";
+        op.label = absl::StrCat("input_", ++inputs);
+        break;
+      case NodeRecord::Kind::kOutput:
+        op.type = "output";
+        op.label = absl::StrCat("output_", ++outputs);
+        break;
+      case NodeRecord::Kind::kBufferVersion: {
+        const BufferRecord& buffer = record.buffers[node.buffer];
+        if (buffer_number[node.buffer] == 0) buffer_number[node.buffer] = ++buffers_seen;
+        op.type = "buffer";
+        op.is_buffer = true;
+        op.address = buffer.address;
+        op.buffer_pass = ++buffer_versions[node.buffer];
+        op.buffer_write_kind = node.write_kind;
+        op.buffer_value_changed = node.value_changed;
+        op.module_address = record.module_addresses[buffer.module];
+        op.pass = op.buffer_pass;
+        op.label = PassLabel(absl::StrCat("buffer_", buffer_number[node.buffer]), op.buffer_pass);
+        break;
+      }
+      case NodeRecord::Kind::kOp: {
+        const c10::OperatorName& name = record.operators[node.op];
+        op.type = OpTypeName(name);
+        op.func_name = name.name;
+        op.overload_name = name.overload_name;
+        op.module_address = record.module_addresses[node.module];
+        LayerNumbers& layer = layers[node.layer];
+        if (layer.passes == 0) {
+          layer.type_index = ++layers_of_type[op.type];
+          layer.step_index = ++steps;
+        }
+        op.pass = ++layer.passes;
+        op.layer_type_index = layer.type_index;
+        op.layer_step_index = layer.step_index;
+        op.label = PassLabel(absl::StrCat(op.type, "_", layer.type_index, "_", layer.step_index),
+                             op.pass);
+        break;
+      }
+    }
+    fill_outputs(node, op);
+  }
+
+  // Second pass: edges and saved arguments.
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const NodeRecord& node = nodes[n];
+    Op& op = ops[n];
+    auto add_parent = [&op](const std::string& label) {
+      for (const std::string& existing : op.parents) {
+        if (existing == label) return;
+      }
+      op.parents.push_back(label);
+    };
+    for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
+      const SourceRecord& source = record.sources[s];
+      ArgSource arg;
+      switch (source.kind) {
+        case SourceRecord::Kind::kNode:
+          arg.kind = ArgSource::Kind::kNode;
+          arg.name = ops[source.index].label;
+          arg.output_index = source.output_index;
+          add_parent(arg.name);
+          break;
+        case SourceRecord::Kind::kParam:
+          arg.kind = ArgSource::Kind::kParam;
+          arg.name = record.params[source.index].address;
+          op.parent_params.push_back(arg.name);
+          break;
+        case SourceRecord::Kind::kConstant:
+          arg.kind = ArgSource::Kind::kConstant;
+          break;
+        case SourceRecord::Kind::kNone:
+          arg.kind = ArgSource::Kind::kNone;
+          break;
+      }
+      if (node.kind == NodeRecord::Kind::kOp) op.arg_sources.push_back(std::move(arg));
+    }
+    if (node.kind != NodeRecord::Kind::kOp || !record.saved_values) continue;
+    int32_t next_source = node.sources_begin;
+    auto saved_argument = [&](const at::Tensor& live) -> at::Tensor {
+      if (next_source >= node.sources_end) return live;
+      const SourceRecord& source = record.sources[next_source++];
+      return source.slot >= 0 ? record.slots[source.slot] : live;
+    };
+    op.creation_args.reserve(node.args_end - node.args_begin);
+    for (int32_t a = node.args_begin; a < node.args_end; ++a) {
+      op.creation_args.push_back(MapTensors(record.args[a], saved_argument));
+    }
+  }
+
+  // Address-level metadata.
+  std::map<std::string, Buffer> buffers;
+  for (const BufferRecord& buffer : record.buffers) {
+    Buffer& entry = buffers[buffer.address];
+    entry.address = buffer.address;
+    entry.initial_value = buffer.initial_value;
+    entry.module_address = record.module_addresses[buffer.module];
+  }
+  std::map<std::string, Param> params;
+  for (const ParamRecord& param : record.params) {
+    params[param.address] =
+        Param{param.address, param.shape, record.module_addresses[param.module]};
+  }
+  std::map<std::string, Module> modules;
+  for (const ModuleRecord& module : record.modules) {
+    Module& entry = modules[module.address];
+    entry.address = module.address;
+    entry.type_name = module.type_name;
+  }
+  auto owners = [&modules](const std::string& address, auto member) {
+    // Every module whose address is a dotted prefix of `address` (the root included).
+    for (auto& [module_address, module] : modules) {
+      if (module_address.empty() ||
+          (address.size() > module_address.size() && absl::StartsWith(address, module_address) &&
+           address[module_address.size()] == '.')) {
+        (module.*member).push_back(address);
+      }
+    }
+  };
+  for (const BufferRecord& buffer : record.buffers) owners(buffer.address, &Module::buffers);
+  for (const ParamRecord& param : record.params) owners(param.address, &Module::params);
+
+  return Trace::Assemble(std::move(ops), std::move(buffers), std::move(modules), std::move(params),
+                         std::move(record.diagnostics), record.saved_values, record.training);
+}
+
+}  // namespace torchlens

@@ -1,0 +1,23 @@
+// Turning a finished capture record into a labelled `Trace`.
+//
+// Runs once per capture, after the forward pass: it names nodes (see trace.h for the label
+// scheme), resolves record indexes into labels and rebuilds each op's saved arguments from
+// the saved tensor values.
+#ifndef TORCHLENS_GRAPH_BUILD_TRACE_H_
+#define TORCHLENS_GRAPH_BUILD_TRACE_H_
+
+#include <string>
+
+#include "graph/capture_record.h"
+#include "graph/trace.h"
+
+namespace torchlens {
+
+Trace BuildTrace(CaptureRecord record);
+
+// "add_" for aten::add_, "conv2d" for aten::conv2d, "and" for aten::__and__.
+std::string OpTypeName(const c10::OperatorName& name);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_GRAPH_BUILD_TRACE_H_

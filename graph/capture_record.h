@@ -1,0 +1,102 @@
+// What the capture plugin hands the graph library: flat, index-linked records.
+//
+// The plugin appends to these vectors on the hot path (one `NodeRecord` per node, flat
+// pools for arguments, sources and shapes) and never builds strings there; `BuildTrace`
+// (build_trace.h) turns a finished record into a labelled `Trace` afterwards.
+//
+// Indexes: `NodeRecord`s refer to each other by position in `CaptureRecord::nodes`; tensors
+// by position in `CaptureRecord::slots`; names by position in the string tables.
+#ifndef TORCHLENS_GRAPH_CAPTURE_RECORD_H_
+#define TORCHLENS_GRAPH_CAPTURE_RECORD_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/operator_name.h>
+
+#include "graph/trace.h"
+
+namespace torchlens {
+
+// The source of one tensor argument, resolved at call time.
+struct SourceRecord {
+  enum class Kind : uint8_t { kNode, kParam, kConstant, kNone };
+  Kind kind = Kind::kNone;
+  int32_t index = -1;         // node index (kNode) or param index (kParam)
+  int32_t output_index = 0;   // which tensor output of that node
+  int32_t slot = -1;          // saved value of the argument (-1 when not saved)
+};
+
+// One tensor output of a node: its saved value and metadata kept even without saving.
+struct OutputRecord {
+  int32_t slot = -1;         // -1 when not saved
+  int32_t shape_begin = 0;   // into CaptureRecord::shapes
+  int32_t ndim = 0;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+};
+
+struct NodeRecord {
+  enum class Kind : uint8_t { kInput, kOp, kBufferVersion, kOutput };
+  Kind kind = Kind::kOp;
+  // kOp: which operator (index into CaptureRecord::operators), its module (index into
+  // CaptureRecord::module_addresses) and layer identity (equal ids = the same layer).
+  int32_t op = -1;
+  int32_t module = 0;
+  int32_t layer = -1;
+  // kOp: saved arguments [args_begin, args_end) in `args`; tensor sources
+  // [sources_begin, sources_end) in `sources`, one per tensor in ForEachTensor order.
+  int32_t args_begin = 0, args_end = 0;
+  int32_t sources_begin = 0, sources_end = 0;
+  // Outputs [outputs_begin, outputs_end) in `outputs` (kOp, kInput, kBufferVersion and
+  // kOutput each have at least one).
+  int32_t outputs_begin = 0, outputs_end = 0;
+  // kBufferVersion: which buffer, how it was written (nullopt = initial read), and for
+  // fused writes whether the value changed. kBufferVersion and kOutput: `sources` holds one
+  // entry, the producer.
+  int32_t buffer = -1;
+  std::optional<WriteKind> write_kind;
+  std::optional<bool> value_changed;
+};
+
+struct BufferRecord {
+  std::string address;
+  int32_t module = 0;        // owning module (index into module_addresses)
+  at::Tensor initial_value;  // a copy taken when capture started
+};
+
+struct ParamRecord {
+  std::string address;
+  std::vector<int64_t> shape;
+  int32_t module = 0;
+};
+
+struct ModuleRecord {
+  std::string address;
+  std::string type_name;
+};
+
+struct CaptureRecord {
+  std::vector<NodeRecord> nodes;
+  std::vector<c10::IValue> args;       // saved op arguments (see NodeRecord)
+  std::vector<SourceRecord> sources;   // tensor argument sources
+  std::vector<OutputRecord> outputs;
+  std::vector<int64_t> shapes;         // output shapes, concatenated
+  std::vector<at::Tensor> slots;       // saved tensor values
+
+  std::vector<c10::OperatorName> operators;  // distinct operators, by first use
+  std::vector<std::string> module_addresses; // interned; index 0 is the root ""
+  std::vector<ModuleRecord> modules;         // every module of the model
+  std::vector<BufferRecord> buffers;         // every registered buffer
+  std::vector<ParamRecord> params;           // every parameter
+  std::vector<TraceDiagnostic> diagnostics;
+  bool saved_values = false;
+  bool training = false;
+};
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_GRAPH_CAPTURE_RECORD_H_

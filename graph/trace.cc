@@ -1,0 +1,246 @@
+#include "graph/trace.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/label.h"
+
+namespace torchlens {
+namespace {
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+absl::string_view WriteKindName(WriteKind kind) {
+  switch (kind) {
+    case WriteKind::kReassign:
+      return "reassign";
+    case WriteKind::kInplace:
+      return "inplace";
+    case WriteKind::kFused:
+      return "fused";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<at::Tensor> Buffer::value_at(int n) const {
+  const int count = static_cast<int>(versions.size());
+  if (n < 1 || n > count) {
+    return absl::OutOfRangeError(
+        count == 0 ? absl::StrCat("value_at(", n, ") on buffer \"", address,
+                                  "\": it has no observed versions (never read or written)")
+                   : absl::StrCat("value_at(", n, ") on buffer \"", address,
+                                  "\": valid versions are 1..", count));
+  }
+  const Op* version = versions[n - 1];
+  if (!version->out.defined()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "buffer \"", address, "\" version ", n,
+        " has no saved value; capture with CaptureOptions::save_activations = true"));
+  }
+  return version->out;
+}
+
+absl::StatusOr<at::Tensor> Buffer::value_after(int n) const {
+  if (n < 1 || n > num_overwrites) {
+    return absl::OutOfRangeError(
+        num_overwrites == 0
+            ? absl::StrCat("value_after(", n, ") on buffer \"", address,
+                           "\": it was never written during capture")
+            : absl::StrCat("value_after(", n, ") on buffer \"", address,
+                           "\": valid writes are 1..", num_overwrites));
+  }
+  // Versions are the optional initial read followed by one per write.
+  const int read_versions = static_cast<int>(versions.size()) - num_overwrites;
+  return value_at(read_versions + n);
+}
+
+Trace::Trace(const Trace& other)
+    : ops_(other.ops_),
+      buffers_(other.buffers_),
+      modules_(other.modules_),
+      params_(other.params_),
+      diagnostics_(other.diagnostics_),
+      has_saved_values_(other.has_saved_values_),
+      training_(other.training_) {
+  Relink();
+}
+
+Trace& Trace::operator=(const Trace& other) {
+  if (this != &other) {
+    Trace copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+Trace Trace::Assemble(std::vector<Op> ops, std::map<std::string, Buffer> buffers,
+                      std::map<std::string, Module> modules,
+                      std::map<std::string, Param> params,
+                      std::vector<TraceDiagnostic> diagnostics, bool has_saved_values,
+                      bool training) {
+  Trace trace;
+  trace.ops_ = std::move(ops);
+  trace.buffers_ = std::move(buffers);
+  trace.modules_ = std::move(modules);
+  trace.params_ = std::move(params);
+  trace.diagnostics_ = std::move(diagnostics);
+  trace.has_saved_values_ = has_saved_values;
+  trace.training_ = training;
+  trace.Index();
+  for (Op& op : trace.ops_) op.children.clear();
+  for (Op& op : trace.ops_) {
+    for (const std::string& parent : op.parents) {
+      auto it = trace.by_label_.find(parent);
+      if (it != trace.by_label_.end()) trace.ops_[it->second].children.push_back(op.label);
+    }
+  }
+  trace.Relink();
+  return trace;
+}
+
+void Trace::Index() {
+  by_label_.clear();
+  by_label_.reserve(ops_.size());
+  for (size_t i = 0; i < ops_.size(); ++i) by_label_.emplace(ops_[i].label, static_cast<int>(i));
+}
+
+void Trace::Relink() {
+  if (by_label_.size() != ops_.size()) Index();
+  for (auto& [address, buffer] : buffers_) {
+    buffer.versions.clear();
+    buffer.num_overwrites = 0;
+  }
+  for (const Op& op : ops_) {
+    if (!op.is_buffer) continue;
+    auto it = buffers_.find(op.address);
+    if (it == buffers_.end()) continue;
+    it->second.versions.push_back(&op);
+    if (op.buffer_write_kind.has_value()) ++it->second.num_overwrites;
+  }
+  for (auto& [address, buffer] : buffers_) {
+    std::stable_sort(buffer.versions.begin(), buffer.versions.end(),
+                     [](const Op* a, const Op* b) { return a->buffer_pass < b->buffer_pass; });
+    buffer.final_value =
+        buffer.versions.empty() ? buffer.initial_value : buffer.versions.back()->out;
+  }
+}
+
+int Trace::IndexOf(const Op* op) const {
+  if (ops_.empty() || op < ops_.data() || op >= ops_.data() + ops_.size()) return -1;
+  return static_cast<int>(op - ops_.data());
+}
+
+absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
+  absl::StatusOr<ParsedKey> parsed = ParseKey(key);
+  if (!parsed.ok()) return parsed.status();
+
+  if (auto it = by_label_.find(key); it != by_label_.end()) return &ops_[it->second];
+
+  // A buffer address, with or without a version.
+  if (auto it = buffers_.find(parsed->base); it != buffers_.end()) {
+    const Buffer& buffer = it->second;
+    const int count = static_cast<int>(buffer.versions.size());
+    if (parsed->pass.has_value()) {
+      if (*parsed->pass > count) {
+        return absl::NotFoundError(absl::StrCat(
+            "buffer \"", buffer.address, "\" has no version ", *parsed->pass,
+            count == 0 ? "; it was never read or written during capture"
+                       : absl::StrCat("; its versions are 1..", count)));
+      }
+      return buffer.versions[*parsed->pass - 1];
+    }
+    if (count == 1) return buffer.versions.front();
+    if (count == 0) {
+      return absl::NotFoundError(absl::StrCat("buffer \"", buffer.address,
+                                              "\" was never read or written during capture"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("key \"", key, "\" is ambiguous: buffer \"", buffer.address, "\" has ",
+                     count, " versions; use \"", buffer.address, ":1\" .. \"", buffer.address,
+                     ":", count, "\""));
+  }
+
+  // A layer label without its pass.
+  if (!parsed->pass.has_value()) {
+    const std::string prefix = absl::StrCat(parsed->base, ":");
+    std::vector<const Op*> passes;
+    for (const Op& op : ops_) {
+      if (absl::string_view(op.label).substr(0, prefix.size()) == prefix) passes.push_back(&op);
+    }
+    if (passes.size() == 1) return passes.front();
+    if (passes.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key \"", key, "\" is ambiguous: layer \"", parsed->base, "\" ran ", passes.size(),
+          " times; use \"", passes.front()->label, "\" .. \"", passes.back()->label, "\""));
+    }
+  }
+
+  // Unknown: suggest the closest labels and addresses.
+  std::vector<std::pair<size_t, std::string>> scored;
+  absl::flat_hash_set<std::string> seen;
+  auto consider = [&](const std::string& name) {
+    if (seen.insert(name).second) scored.emplace_back(EditDistance(key, name), name);
+  };
+  for (const Op& op : ops_) consider(op.label);
+  for (const auto& [address, buffer] : buffers_) consider(address);
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> closest;
+  for (size_t i = 0; i < scored.size() && i < 3; ++i) closest.push_back(scored[i].second);
+  return absl::NotFoundError(absl::StrCat(
+      "label \"", key, "\" not found",
+      closest.empty() ? std::string("; the trace is empty")
+                      : absl::StrCat("; closest: ", absl::StrJoin(closest, ", "))));
+}
+
+std::vector<const Op*> Trace::buffer_read_ops() const {
+  std::vector<const Op*> result;
+  for (const Op& op : ops_) {
+    if (op.is_buffer && !op.buffer_write_kind.has_value()) result.push_back(&op);
+  }
+  return result;
+}
+
+std::vector<const Op*> Trace::buffer_write_ops() const {
+  std::vector<const Op*> result;
+  for (const Op& op : ops_) {
+    if (op.is_buffer && op.buffer_write_kind.has_value()) result.push_back(&op);
+  }
+  return result;
+}
+
+std::vector<std::string> Trace::input_labels() const {
+  std::vector<std::string> result;
+  for (const Op& op : ops_) {
+    if (op.is_input()) result.push_back(op.label);
+  }
+  return result;
+}
+
+std::vector<std::string> Trace::output_labels() const {
+  std::vector<std::string> result;
+  for (const Op& op : ops_) {
+    if (op.is_output()) result.push_back(op.label);
+  }
+  return result;
+}
+
+}  // namespace torchlens

@@ -1,0 +1,202 @@
+// The trace: what one captured forward pass did, as a graph of plain `Op` nodes.
+//
+// A `Trace` holds one `Op` per executed op, per model input and output, and per observed
+// version of every registered buffer, in execution order. Edges are labels: an op's
+// `parents` are the nodes whose values it read (in argument order), its `children` the
+// nodes that read its value. Beside the graph it keeps address-level metadata:
+// `buffers()` (each buffer's versions, initial and final value), `modules()` and
+// `params()`, addressed exactly as `named_buffers()`, `named_modules()` and
+// `named_parameters()` name them.
+//
+// Labels follow TorchLens:
+//   * ops:     "{type}_{type_index}_{step_index}:{pass}", e.g. "conv2d_1_1:1". `type_index`
+//              counts layers of that type and `step_index` all layers, both from 1 in order
+//              of first execution; `pass` counts executions of the same layer (see
+//              "Layers and passes" in README.md).
+//   * buffers: "buffer_{n}:{version}", n numbering buffers in order of first appearance.
+//   * inputs and outputs: "input_{n}", "output_{n}".
+//
+// Example:
+//
+//   absl::StatusOr<torchlens::Trace> trace = torchlens::TraceModule(model, {x});
+//   if (!trace.ok()) return trace.status();
+//   for (const torchlens::Op& op : trace->ops()) {
+//     std::cout << op.label << " " << op.type << " " << op.module_address << "\n";
+//   }
+//   ASSIGN_OR_RETURN(const torchlens::Op* relu, trace->Find("relu_1_2"));
+//   const torchlens::Buffer& rm = trace->buffers().at("bn.running_mean");
+//   ASSIGN_OR_RETURN(at::Tensor after_first_write, rm.value_after(1));
+//
+// A `Trace` owns its tensors. Pointers it hands out (`Find`, `Buffer::versions`) stay valid
+// while that `Trace` object lives, including after it is moved from one variable to another.
+#ifndef TORCHLENS_GRAPH_TRACE_H_
+#define TORCHLENS_GRAPH_TRACE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace torchlens {
+
+// How a buffer version came to be.
+//   kReassign: the buffer slot was pointed at another tensor (`self.h = t` in TorchScript).
+//   kInplace:  an op annotated as writing its argument wrote the buffer's storage, directly
+//              or through a view or slice (`b.add_(1)`, `b[:2].copy_(x)`).
+//   kFused:    a native kernel wrote the buffer without an alias annotation (BatchNorm and
+//              InstanceNorm running statistics).
+enum class WriteKind { kReassign, kInplace, kFused };
+
+absl::string_view WriteKindName(WriteKind kind);  // "reassign", "inplace", "fused"
+
+// Where one tensor argument of an op came from (see `Op::arg_sources`).
+struct ArgSource {
+  enum class Kind {
+    kNode,      // the output `output_index` of the node labelled `name`
+    kParam,     // the parameter whose address is `name`
+    kConstant,  // a tensor from outside the capture that is not a model input
+    kNone,      // an undefined tensor (an absent optional argument)
+  };
+  Kind kind = Kind::kNone;
+  std::string name;
+  int output_index = 0;
+};
+
+// One graph node. Buffer versions, inputs and outputs are plain `Op`s too.
+struct Op {
+  std::string label;      // unique, pass-qualified: "conv2d_1_1:1", "buffer_2:3", "input_1"
+  std::string type;       // "conv2d", "batch_norm", "add_", "buffer", "input", "output"
+  std::string func_name;  // "aten::batch_norm"; empty for buffer/input/output nodes
+  std::vector<std::string> parents;   // labels, in argument order, without repeats
+  std::vector<std::string> children;  // labels, in execution order
+  std::string module_address;         // innermost module that ran it ("" = root)
+  at::Tensor out;  // saved value (undefined when not saved); the first tensor output
+
+  // Buffer version fields (meaningful when `is_buffer`).
+  bool is_buffer = false;
+  std::string address;  // "bn.running_mean", "h"
+  int buffer_pass = 0;  // 1-based version index for this address
+  std::optional<WriteKind> buffer_write_kind;  // nullopt = a read of the initial value
+  std::optional<bool> buffer_value_changed;    // set for kFused versions
+
+  // Beyond the TorchLens core fields.
+  std::string overload_name;  // "Tensor" for aten::add.Tensor; with func_name names the op
+  int pass = 1;               // execution count of this layer (the ":N" of the label)
+  int layer_type_index = 0;   // the {type_index} of the label (0 for non-op nodes)
+  int layer_step_index = 0;   // the {step_index} of the label (0 for non-op nodes)
+  std::vector<int64_t> tensor_shape;  // shape of `out`, recorded even when not saved
+  std::string tensor_dtype;           // "float", "long", ...; empty when not a tensor
+  std::vector<std::string> parent_params;  // parameter addresses read, in argument order
+  // Every tensor output, in return order (`out` is the first). Saved values only.
+  std::vector<at::Tensor> outs;
+  // The arguments the op was called with, as saved for replay: tensors are the saved
+  // pre-call values, other arguments as passed. Empty when not saved.
+  std::vector<c10::IValue> creation_args;
+  // One entry per tensor inside `creation_args`, in visiting order (see ivalue_tensors.h).
+  std::vector<ArgSource> arg_sources;
+
+  bool is_input() const { return type == "input"; }
+  bool is_output() const { return type == "output"; }
+  bool is_compute() const { return !is_buffer && !is_input() && !is_output(); }
+};
+
+// Address-level state of one registered buffer: a projection over its version nodes.
+struct Buffer {
+  std::string address;
+  at::Tensor initial_value;  // captured before the forward pass
+  at::Tensor final_value;    // value of the last observed version (initial if none)
+  std::vector<const Op*> versions;  // initial read version first, then one per write
+  int num_overwrites = 0;           // number of write versions
+  std::string module_address;       // the module that registered it
+
+  // The n-th observed version (1-based); kOutOfRange naming the valid range otherwise.
+  absl::StatusOr<at::Tensor> value_at(int n) const;
+  // The value after the n-th write (1-based); kOutOfRange naming the valid range otherwise.
+  absl::StatusOr<at::Tensor> value_after(int n) const;
+};
+
+struct Module {
+  std::string address;    // "" for the root
+  std::string type_name;  // "Linear", "BatchNorm2d"
+  std::vector<std::string> buffers;  // addresses of the buffers it owns (recursively)
+  std::vector<std::string> params;   // addresses of the parameters it owns (recursively)
+};
+
+struct Param {
+  std::string address;  // "fc.weight"
+  std::vector<int64_t> shape;
+  std::string module_address;  // the module that registered it
+};
+
+// Something the capture could not prove and reports instead of guessing.
+struct TraceDiagnostic {
+  std::string address;  // the buffer concerned
+  std::string message;
+};
+
+class Trace {
+ public:
+  Trace() = default;
+  Trace(const Trace& other);
+  Trace& operator=(const Trace& other);
+  Trace(Trace&&) noexcept = default;
+  Trace& operator=(Trace&&) noexcept = default;
+
+  const std::vector<Op>& ops() const { return ops_; }
+  // Accepts "relu_1_2:1", "relu_1_2" (when it has one pass), "bn.running_mean:2",
+  // "h" (a buffer address with one version), "buffer_1:3", "input_1", "output_1".
+  // kInvalidArgument for a malformed key or an ambiguous one; kNotFound (naming the
+  // closest labels) for an unknown one.
+  absl::StatusOr<const Op*> Find(absl::string_view key) const;
+  const std::map<std::string, Buffer>& buffers() const { return buffers_; }
+  const std::map<std::string, Module>& modules() const { return modules_; }
+  const std::map<std::string, Param>& params() const { return params_; }
+  std::vector<const Op*> buffer_read_ops() const;   // is_buffer && !buffer_write_kind
+  std::vector<const Op*> buffer_write_ops() const;  // is_buffer && buffer_write_kind
+  std::vector<std::string> input_labels() const;
+  std::vector<std::string> output_labels() const;
+  // Unjournaled buffer changes accepted under `allow_unjournaled_writes`.
+  const std::vector<TraceDiagnostic>& diagnostics() const { return diagnostics_; }
+  // Whether tensor values were saved (`CaptureOptions::save_activations`).
+  bool has_saved_values() const { return has_saved_values_; }
+  // Whether the model ran in training mode during capture.
+  bool training() const { return training_; }
+  // Position of `op` in `ops()`; -1 if it does not belong to this trace.
+  int IndexOf(const Op* op) const;
+
+  // Assembles a trace from its parts (used by the trace builder, the trace-file loader and
+  // intervention forks). Computes children, buffer projections and lookup indexes.
+  static Trace Assemble(std::vector<Op> ops, std::map<std::string, Buffer> buffers,
+                        std::map<std::string, Module> modules,
+                        std::map<std::string, Param> params,
+                        std::vector<TraceDiagnostic> diagnostics, bool has_saved_values,
+                        bool training);
+  // Mutable access for forks (validation/intervene.cc) that replace saved values before
+  // re-linking; `Relink` recomputes the buffer projections afterwards.
+  std::vector<Op>& mutable_ops() { return ops_; }
+  void Relink();
+
+ private:
+  void Index();
+
+  std::vector<Op> ops_;
+  std::map<std::string, Buffer> buffers_;
+  std::map<std::string, Module> modules_;
+  std::map<std::string, Param> params_;
+  std::vector<TraceDiagnostic> diagnostics_;
+  bool has_saved_values_ = false;
+  bool training_ = false;
+  absl::flat_hash_map<std::string, int> by_label_;
+};
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_GRAPH_TRACE_H_

@@ -1,0 +1,101 @@
+#include "torchlens_dispatch/capture.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+
+#include "absl/strings/str_cat.h"
+#include "graph/build_trace.h"
+#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/fallback.h"
+#include "torchlens_dispatch/jit_model.h"
+#include "torchlens_dispatch/nn_model.h"
+#include "torchlens_dispatch/recorder.h"
+
+namespace torchlens {
+
+// Thread state switched for the guard's lifetime, restored in reverse order.
+struct CaptureGuard::State {
+  explicit State(ModelState model, CaptureOptions options)
+      : recorder(std::move(model), options) {
+    Recorder::SetCurrent(&recorder);
+    include_key.emplace(kCaptureKey);
+    unoptimized.emplace(false);
+  }
+  ~State() { End(); }
+  void End() {
+    unoptimized.reset();
+    include_key.reset();
+    if (Recorder::Current() == &recorder) Recorder::SetCurrent(nullptr);
+  }
+
+  Recorder recorder;
+  std::optional<c10::impl::IncludeDispatchKeyGuard> include_key;
+  // See capture.h: one execution plan for every capture of a TorchScript model.
+  std::optional<torch::jit::GraphOptimizerEnabledGuard> unoptimized;
+};
+
+CaptureGuard::CaptureGuard(torch::jit::Module& model, CaptureOptions options) {
+  if (Recorder::Current() == nullptr) Start(ReadModelState(model), options);
+}
+
+CaptureGuard::CaptureGuard(torch::nn::Module& model, CaptureOptions options) {
+  if (Recorder::Current() == nullptr) Start(ReadModelState(model), options);
+}
+
+void CaptureGuard::Start(ModelState model, CaptureOptions options) {
+  CaptureFallbackRegistered();
+  state_ = std::make_unique<State>(std::move(model), options);
+}
+
+CaptureGuard::~CaptureGuard() = default;
+
+bool CaptureGuard::active() const { return state_ != nullptr && !finished_; }
+
+void CaptureGuard::MarkInputs(const c10::IValue& inputs) {
+  if (active()) state_->recorder.MarkInputs(inputs);
+}
+
+absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
+  if (state_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this CaptureGuard is inert: another CaptureGuard was already capturing on this "
+        "thread when it was created (guards do not nest; the outer capture continues). "
+        "Finish the outer guard first, or capture on another thread");
+  }
+  if (finished_) {
+    return absl::FailedPreconditionError(
+        "CaptureGuard::Finish was already called; a guard captures one trace. Create a new "
+        "CaptureGuard to capture again");
+  }
+  finished_ = true;
+  absl::StatusOr<CaptureRecord> record = state_->recorder.Finish(outputs);
+  state_->End();
+  if (!record.ok()) return record.status();
+  return BuildTrace(*std::move(record));
+}
+
+absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
+                                  CaptureOptions options) {
+  CaptureGuard guard(model, options);
+  if (!guard.active()) return guard.Finish(c10::IValue());
+  guard.MarkInputs(c10::ivalue::Tuple::create(inputs));
+  c10::IValue outputs;
+  try {
+    outputs = model.forward(std::move(inputs));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model's forward failed on these inputs: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model's forward failed on these inputs: ", e.what()));
+  }
+  return guard.Finish(outputs);
+}
+
+}  // namespace torchlens

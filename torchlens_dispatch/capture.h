@@ -1,0 +1,94 @@
+// Capturing a forward pass into a `Trace`.
+//
+// While a `CaptureGuard` is alive, every ATen op its thread dispatches is recorded against
+// the model's registered parameters, buffers and submodules; `Finish` returns the trace.
+// Other threads are not affected, and the model computes exactly what it computes without
+// the guard.
+//
+//   torch::jit::Module model = torch::jit::load("model.pt");
+//   torchlens::CaptureGuard guard(model);
+//   c10::IValue out = model.forward({x});
+//   absl::StatusOr<torchlens::Trace> trace = guard.Finish(out);
+//
+// or in one call: `torchlens::TraceModule(model, {x})`.
+//
+// Behaviour worth knowing (README.md has the details):
+//   * TorchScript models run their unoptimized execution plan on the capturing thread
+//     (`setGraphExecutorOptimize(false)` for the guard's lifetime), so that every capture
+//     of a model sees the same ops under the same labels; optimization passes and fusers
+//     can rewrite the graph between runs.
+//   * Nesting: a guard created on a thread that is already capturing is inert; it changes
+//     nothing and its `Finish` returns kFailedPrecondition. The outer capture continues.
+//   * A guard must be destroyed on the thread that created it.
+//   * If the forward pass throws, the exception propagates unchanged; destroying the guard
+//     restores the thread's dispatch state, and `Finish` reports kAborted.
+#ifndef TORCHLENS_DISPATCH_CAPTURE_H_
+#define TORCHLENS_DISPATCH_CAPTURE_H_
+
+#include <memory>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "graph/trace.h"
+#include "torchlens_dispatch/capture_options.h"
+
+namespace torch {
+namespace jit {
+struct Module;
+}  // namespace jit
+namespace nn {
+class Module;
+}  // namespace nn
+}  // namespace torch
+
+namespace torchlens {
+
+struct ModelState;
+
+// While alive, everything this thread dispatches is captured against `model`'s
+// registered buffers, parameters and submodules. Not copyable, not movable.
+class CaptureGuard {
+ public:
+  explicit CaptureGuard(torch::jit::Module& model, CaptureOptions options = {});
+  explicit CaptureGuard(torch::nn::Module& model, CaptureOptions options = {});
+  ~CaptureGuard();  // ends capture if Finish was not called; never throws
+
+  CaptureGuard(const CaptureGuard&) = delete;
+  CaptureGuard& operator=(const CaptureGuard&) = delete;
+  CaptureGuard(CaptureGuard&&) = delete;
+  CaptureGuard& operator=(CaptureGuard&&) = delete;
+
+  // Marks `outputs` (a Tensor, or a tuple/list of them) as the model outputs, ends capture
+  // and returns the trace. Only the first call does anything; later calls return
+  // kFailedPrecondition. Errors: kFailedPrecondition for an inert guard or an unjournaled
+  // buffer change (see CaptureOptions::allow_unjournaled_writes), kAborted when the forward
+  // pass threw while capturing.
+  absl::StatusOr<Trace> Finish(const c10::IValue& outputs);
+
+  // Optional: names the tensors in `inputs` input_1, input_2, ... in this order. Without
+  // it, tensors from outside the capture become inputs in order of first use; with it,
+  // such other tensors are constants. `TraceModule` calls it.
+  void MarkInputs(const c10::IValue& inputs);
+
+  // False for an inert guard (another guard was capturing on this thread).
+  bool active() const;
+
+ private:
+  struct State;
+  void Start(ModelState model, CaptureOptions options);
+
+  std::unique_ptr<State> state_;
+  bool finished_ = false;
+};
+
+// Runs model.forward(inputs) under a CaptureGuard. A forward that throws (inputs of the
+// wrong shape, dtype or count) returns kInvalidArgument with the model's message.
+absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
+                                  CaptureOptions options = {});
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_DISPATCH_CAPTURE_H_

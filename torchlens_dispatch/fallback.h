@@ -1,0 +1,16 @@
+// The boxed fallback on the capture key (see capture_key.h).
+//
+// Registered once, when the library is loaded. It does nothing unless a `CaptureGuard`
+// on the calling thread included the capture key: other threads never reach it.
+#ifndef TORCHLENS_DISPATCH_FALLBACK_H_
+#define TORCHLENS_DISPATCH_FALLBACK_H_
+
+namespace torchlens {
+
+// Whether the fallback is registered with the dispatcher (it is, once this library is
+// linked in; the call also keeps the registration from being dropped by the linker).
+bool CaptureFallbackRegistered();
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_DISPATCH_FALLBACK_H_

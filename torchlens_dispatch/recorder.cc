@@ -1,0 +1,566 @@
+#include "torchlens_dispatch/recorder.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/clone.h>
+#include <ATen/ops/equal.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "graph/ivalue_tensors.h"
+#include "torchlens_dispatch/capture_key.h"
+
+namespace torchlens {
+namespace {
+
+// The capturing recorder of this thread. See NOTE [User-level and nested ops].
+thread_local Recorder* current_recorder = nullptr;
+
+// Runs the recorder's own tensor operations (clones, comparisons, detach) without
+// capturing them.
+using NoCapture = c10::impl::ExcludeDispatchKeyGuard;
+
+class DepthGuard {
+ public:
+  explicit DepthGuard(int* depth) : depth_(depth) { ++*depth_; }
+  ~DepthGuard() { --*depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int* depth_;
+};
+
+// Byte range [begin, end) that `tensor` can touch in its storage.
+std::pair<int64_t, int64_t> ByteRange(const at::Tensor& tensor) {
+  const int64_t item = static_cast<int64_t>(tensor.element_size());
+  const int64_t begin = tensor.storage_offset() * item;
+  if (tensor.numel() == 0) return {begin, begin};
+  int64_t last = 0;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    last += (tensor.size(d) - 1) * std::abs(tensor.stride(d));
+  }
+  return {begin, begin + (last + 1) * item};
+}
+
+bool SameValue(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a, b);
+}
+
+at::Tensor Snapshot(const at::Tensor& tensor) { return tensor.detach().clone(); }
+
+}  // namespace
+
+Recorder* Recorder::Current() { return current_recorder; }
+
+void Recorder::SetCurrent(Recorder* recorder) { current_recorder = recorder; }
+
+Recorder::Recorder(ModelState model, CaptureOptions options)
+    : model_(std::move(model)), options_(options), script_sites_(&module_addresses_) {
+  NoCapture no_capture(kCaptureKey);
+  record_.saved_values = options_.save_activations;
+  record_.training = model_.training;
+  for (const ModuleHandle& module : model_.modules) {
+    record_.modules.push_back(ModuleRecord{module.address, module.type_name});
+    module_addresses_.Intern(module.address);
+  }
+  for (size_t i = 0; i < model_.params.size(); ++i) {
+    const ParamHandle& param = model_.params[i];
+    const int32_t module = module_addresses_.Intern(param.module_address);
+    record_.params.push_back(ParamRecord{param.address, param.tensor.sizes().vec(), module});
+    param_modules_.push_back(module);
+    TensorEntry entry;
+    entry.param = static_cast<int32_t>(i);
+    tensors_[param.tensor.unsafeGetTensorImpl()] = entry;
+  }
+  buffers_.resize(model_.buffers.size());
+  for (size_t i = 0; i < model_.buffers.size(); ++i) {
+    const BufferHandle& handle = model_.buffers[i];
+    const int32_t module = module_addresses_.Intern(handle.module_address);
+    buffer_modules_.push_back(module);
+    BufferState& buffer = buffers_[i];
+    buffer.handle = handle;
+    buffer.latest = Snapshot(handle.tensor);
+    record_.buffers.push_back(BufferRecord{handle.address, module, buffer.latest});
+    SetHolder(static_cast<int32_t>(i), handle.tensor);
+    if (handle.assigned_in_code) assigned_buffers_.push_back(static_cast<int32_t>(i));
+  }
+}
+
+const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
+  auto [it, inserted] = op_infos_.try_emplace(&schema);
+  if (inserted) {
+    OpInfo& info = it->second;
+    info.index = static_cast<int32_t>(record_.operators.size());
+    record_.operators.push_back(op.operator_name());
+    info.num_arguments = static_cast<uint32_t>(schema.arguments().size());
+    info.num_returns = static_cast<uint32_t>(schema.returns().size());
+    for (uint32_t a = 0; a < info.num_arguments; ++a) {
+      const c10::AliasInfo* alias = schema.arguments()[a].alias_info();
+      if (alias != nullptr && alias->isWrite()) info.written_arguments.push_back(a);
+    }
+    info.fused = FindFusedMutator(schema.name());
+  }
+  return it->second;
+}
+
+void Recorder::OnOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                    torch::jit::Stack* stack) {
+  if (depth_ > 0) {
+    OnNestedOp(op, keys, stack);
+  } else {
+    OnUserOp(op, keys, stack);
+  }
+}
+
+void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                        torch::jit::Stack* stack) {
+  const size_t args_mark = record_.args.size();
+  const size_t sources_mark = record_.sources.size();
+  NodeRecord node;
+  node.kind = NodeRecord::Kind::kOp;
+  const OpInfo* info = nullptr;
+  bool touches_buffer = false;
+  bool observe_nested = false;
+  int32_t owner_module = -1;
+  {
+    NoCapture no_capture(kCaptureKey);
+    info = &Info(op);
+    if (!assigned_buffers_.empty()) CheckAssignedBuffers();
+    const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, info->num_arguments);
+    node.sources_begin = static_cast<int32_t>(record_.sources.size());
+    for (const c10::IValue& arg : args) {
+      ForEachTensor(arg, [&](const at::Tensor& tensor) {
+        SourceRecord source = Resolve(tensor, &touches_buffer, &owner_module);
+        record_.sources.push_back(source);
+      });
+    }
+    node.sources_end = static_cast<int32_t>(record_.sources.size());
+    if (options_.save_activations) {
+      node.args_begin = static_cast<int32_t>(record_.args.size());
+      record_.args.insert(record_.args.end(), args.begin(), args.end());
+      node.args_end = static_cast<int32_t>(record_.args.size());
+    }
+    pending_writes_.clear();
+    for (uint32_t a : info->written_arguments) {
+      ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kInplace); });
+    }
+    const bool fused = info->fused != nullptr && UpdatesState(*info->fused, args);
+    if (fused) {
+      for (int s = 0; s < info->fused->num_state_arguments; ++s) {
+        ForEachTensor(args[info->fused->state_arguments[s]],
+                      [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused); });
+      }
+    }
+    observe_nested = touches_buffer || fused;
+  }
+
+  try {
+    DepthGuard depth(&depth_);
+    if (observe_nested) {
+      op.redispatchBoxed(keys & kBelowCaptureKey, stack);
+    } else {
+      NoCapture hide_nested(kCaptureKey);
+      op.redispatchBoxed(keys & kBelowCaptureKey, stack);
+    }
+  } catch (const std::exception& e) {
+    record_.args.resize(args_mark);
+    record_.sources.resize(sources_mark);
+    pending_writes_.clear();
+    if (failure_.empty()) failure_ = absl::StrCat(op.operator_name().name, ": ", e.what());
+    throw;
+  }
+
+  NoCapture no_capture(kCaptureKey);
+  const ScriptSite site = model_.torchscript ? script_sites_.Current() : ScriptSite{};
+  node.module = site.in_script ? site.module : std::max<int32_t>(owner_module, 0);
+  node.op = info->index;
+  node.layer = LayerOf(node.module, info->index, site);
+  const int32_t index = static_cast<int32_t>(record_.nodes.size());
+  node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
+  record_.nodes.push_back(node);
+  int32_t output_index = 0;
+  for (const c10::IValue& value : torch::jit::last(*stack, info->num_returns)) {
+    ForEachTensor(value, [&](const at::Tensor& tensor) {
+      RecordOpOutput(index, output_index++, tensor, touches_buffer);
+    });
+  }
+  record_.nodes[index].outputs_end = static_cast<int32_t>(record_.outputs.size());
+  CommitPendingWrites(index);
+}
+
+void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                          torch::jit::Stack* stack) {
+  const OpInfo& info = Info(op);
+  if (!info.written_arguments.empty()) {
+    NoCapture no_capture(kCaptureKey);
+    const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, info.num_arguments);
+    for (uint32_t a : info.written_arguments) {
+      // A write the user-level op did not declare: see NOTE [Buffer writes].
+      ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused); });
+    }
+  }
+  DepthGuard depth(&depth_);
+  op.redispatchBoxed(keys & kBelowCaptureKey, stack);
+}
+
+Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
+  auto it = tensors_.find(impl);
+  if (it == tensors_.end()) return nullptr;
+  if (it->second.alive.has_value() && it->second.alive->expired()) {
+    tensors_.erase(it);  // a new tensor at a freed tensor's address
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
+  if (!options_.save_activations && entry.param < 0 && entry.buffer < 0) {
+    entry.alive.emplace(tensor.getIntrusivePtr());
+  }
+  tensors_.insert_or_assign(tensor.unsafeGetTensorImpl(), std::move(entry));
+}
+
+SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
+                               int32_t* owner_module) {
+  SourceRecord source;
+  if (!tensor.defined()) return source;  // kNone
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  TensorEntry* entry = Lookup(impl);
+  if (entry == nullptr && model_.torchscript) {
+    // Perhaps a buffer slot now holds it: see NOTE [Buffer reassignment].
+    CheckAllBuffers();
+    entry = Lookup(impl);
+  }
+  if (entry == nullptr) {
+    // A tensor from outside the capture.
+    TensorEntry outside;
+    if (tensor.has_storage()) {
+      auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+      outside.aliases_buffer = it != storages_.end() && !it->second.buffers.empty();
+    }
+    if (!inputs_marked_) {
+      outside.node = AddInputNode(tensor);
+      outside.slot = record_.outputs[record_.nodes[outside.node].outputs_begin].slot;
+    } else if (options_.save_activations) {
+      outside.slot = Save(tensor);
+    }
+    Remember(tensor, std::move(outside));
+    entry = Lookup(impl);
+  }
+  if (entry->aliases_buffer) *touches_buffer = true;
+  if (entry->buffer >= 0) {
+    const int32_t buffer = entry->buffer;
+    if (*owner_module < 0) *owner_module = buffer_modules_[buffer];
+    EnsureBufferVersion(buffer);
+    entry = Lookup(impl);
+  }
+  if (entry->param >= 0) {
+    if (*owner_module < 0) *owner_module = param_modules_[entry->param];
+    if (options_.save_activations && entry->slot < 0) {
+      const int32_t param = entry->param;
+      const int32_t slot = Save(tensor);
+      entry = Lookup(impl);
+      entry->slot = slot;
+      entry->param = param;
+    }
+    source.kind = SourceRecord::Kind::kParam;
+    source.index = entry->param;
+  } else if (entry->node >= 0) {
+    source.kind = SourceRecord::Kind::kNode;
+    source.index = entry->node;
+    source.output_index = entry->output_index;
+  } else {
+    source.kind = SourceRecord::Kind::kConstant;
+  }
+  source.slot = entry->slot;
+  return source;
+}
+
+int32_t Recorder::AddInputNode(const at::Tensor& tensor) {
+  NodeRecord node;
+  node.kind = NodeRecord::Kind::kInput;
+  node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
+  AddOutput(tensor, options_.save_activations ? Save(tensor) : -1);
+  node.outputs_end = static_cast<int32_t>(record_.outputs.size());
+  record_.nodes.push_back(node);
+  return static_cast<int32_t>(record_.nodes.size()) - 1;
+}
+
+void Recorder::MarkInputs(const c10::IValue& inputs) {
+  NoCapture no_capture(kCaptureKey);
+  ForEachTensor(inputs, [&](const at::Tensor& tensor) {
+    if (!tensor.defined() || Lookup(tensor.unsafeGetTensorImpl()) != nullptr) return;
+    TensorEntry entry;
+    entry.node = AddInputNode(tensor);
+    entry.slot = record_.outputs[record_.nodes[entry.node].outputs_begin].slot;
+    if (tensor.has_storage()) {
+      auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+      entry.aliases_buffer = it != storages_.end() && !it->second.buffers.empty();
+    }
+    Remember(tensor, std::move(entry));
+  });
+  inputs_marked_ = true;
+}
+
+void Recorder::AddOutput(const at::Tensor& tensor, int32_t slot) {
+  OutputRecord output;
+  output.slot = slot;
+  output.shape_begin = static_cast<int32_t>(record_.shapes.size());
+  if (tensor.defined()) {
+    const c10::IntArrayRef sizes = tensor.sizes();
+    record_.shapes.insert(record_.shapes.end(), sizes.begin(), sizes.end());
+    output.ndim = static_cast<int32_t>(sizes.size());
+    output.dtype = tensor.scalar_type();
+  }
+  record_.outputs.push_back(output);
+}
+
+int32_t Recorder::Save(const at::Tensor& tensor) {
+  const int32_t slot = static_cast<int32_t>(record_.slots.size());
+  // Saved values never hold the user's autograd graph alive.
+  record_.slots.push_back(tensor.requires_grad() ? tensor.detach() : tensor);
+  if (tensor.has_storage()) {
+    storages_[tensor.storage().unsafeGetStorageImpl()].saved_slots.push_back(slot);
+  }
+  return slot;
+}
+
+int32_t Recorder::SaveSnapshot(const at::Tensor& snapshot) {
+  // A private copy nobody else can write: no copy-on-write registration.
+  record_.slots.push_back(snapshot);
+  return static_cast<int32_t>(record_.slots.size()) - 1;
+}
+
+void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
+                              bool touches_buffer) {
+  const int32_t slot = options_.save_activations && tensor.defined() ? Save(tensor) : -1;
+  AddOutput(tensor, slot);
+  if (!tensor.defined()) return;
+  TensorEntry* existing = Lookup(tensor.unsafeGetTensorImpl());
+  if (existing != nullptr && existing->buffer >= 0) {
+    // The op returned the registered buffer itself (an in-place write): its new version,
+    // committed next, becomes the producer. See NOTE [Tensor identity].
+    return;
+  }
+  TensorEntry entry;
+  entry.node = node;
+  entry.output_index = output_index;
+  entry.slot = slot;
+  if (existing != nullptr) {
+    entry.aliases_buffer = existing->aliases_buffer;
+    entry.alive = existing->alive;
+    *existing = std::move(entry);
+    return;
+  }
+  if (touches_buffer && tensor.has_storage()) {
+    auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+    entry.aliases_buffer = it != storages_.end() && !it->second.buffers.empty();
+  }
+  Remember(tensor, std::move(entry));
+}
+
+void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == storages_.end()) return;
+  StorageEntry& storage = it->second;
+  // NOTE [Copy-on-write of saved values]
+  for (int32_t slot : storage.saved_slots) {
+    record_.slots[slot] = record_.slots[slot].clone();
+  }
+  storage.saved_slots.clear();
+  if (storage.buffers.empty()) return;
+  const auto [begin, end] = ByteRange(tensor);
+  for (int32_t buffer : storage.buffers) {
+    const BufferState& state = buffers_[buffer];
+    if (begin < state.end_byte && state.begin_byte < end) AddPendingWrite(buffer, kind);
+  }
+}
+
+void Recorder::AddPendingWrite(int32_t buffer, WriteKind kind) {
+  for (const PendingWrite& pending : pending_writes_) {
+    if (pending.buffer == buffer) return;  // one version per buffer per user-level op
+  }
+  EnsureBufferVersion(buffer);
+  pending_writes_.push_back(PendingWrite{buffer, kind});
+}
+
+void Recorder::CommitPendingWrites(int32_t producer) {
+  for (const PendingWrite& pending : pending_writes_) {
+    BufferState& state = buffers_[pending.buffer];
+    at::Tensor snapshot = Snapshot(state.holder);
+    std::optional<bool> changed;
+    if (pending.kind == WriteKind::kFused) changed = !SameValue(state.latest, snapshot);
+    AddBufferVersion(pending.buffer, pending.kind, producer, 0, std::move(snapshot), changed);
+  }
+  pending_writes_.clear();
+}
+
+int32_t Recorder::EnsureBufferVersion(int32_t buffer) {
+  BufferState& state = buffers_[buffer];
+  if (state.last_version >= 0) return state.last_version;
+  // The initial read: its value is the copy taken when capture started.
+  return AddBufferVersion(buffer, std::nullopt, -1, 0, state.latest, std::nullopt);
+}
+
+int32_t Recorder::AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind,
+                                   int32_t producer, int32_t producer_output,
+                                   at::Tensor snapshot, std::optional<bool> changed) {
+  BufferState& state = buffers_[buffer];
+  NodeRecord node;
+  node.kind = NodeRecord::Kind::kBufferVersion;
+  node.buffer = buffer;
+  node.write_kind = kind;
+  node.value_changed = changed;
+  node.sources_begin = static_cast<int32_t>(record_.sources.size());
+  if (producer >= 0) {
+    SourceRecord source;
+    source.kind = SourceRecord::Kind::kNode;
+    source.index = producer;
+    source.output_index = producer_output;
+    record_.sources.push_back(source);
+  }
+  node.sources_end = static_cast<int32_t>(record_.sources.size());
+  const int32_t slot = options_.save_activations ? SaveSnapshot(snapshot) : -1;
+  node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
+  AddOutput(snapshot, slot);
+  node.outputs_end = static_cast<int32_t>(record_.outputs.size());
+  const int32_t index = static_cast<int32_t>(record_.nodes.size());
+  record_.nodes.push_back(node);
+  state.latest = std::move(snapshot);
+  state.last_version = index;
+  if (TensorEntry* holder = Lookup(state.holder.unsafeGetTensorImpl())) {
+    holder->node = index;
+    holder->output_index = 0;
+    holder->slot = slot;
+  }
+  return index;
+}
+
+void Recorder::SetHolder(int32_t buffer, const at::Tensor& tensor) {
+  BufferState& state = buffers_[buffer];
+  state.holder = tensor;
+  TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
+  TensorEntry fresh;
+  if (entry == nullptr) entry = &fresh;
+  entry->buffer = buffer;
+  entry->param = -1;
+  entry->aliases_buffer = true;
+  entry->alive.reset();  // the buffer slot keeps it alive
+  if (entry == &fresh) Remember(tensor, std::move(fresh));
+  if (tensor.has_storage()) {
+    storages_[tensor.storage().unsafeGetStorageImpl()].buffers.push_back(buffer);
+    std::tie(state.begin_byte, state.end_byte) = ByteRange(tensor);
+  }
+}
+
+void Recorder::CheckAssignedBuffers() {
+  for (int32_t buffer : assigned_buffers_) {
+    const BufferHandle& handle = buffers_[buffer].handle;
+    const c10::TensorImpl* now = handle.CurrentImpl();
+    if (now != nullptr && now != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+      OnReassign(buffer, handle.Current());
+    }
+  }
+}
+
+void Recorder::CheckAllBuffers() {
+  for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
+    const BufferHandle& handle = buffers_[buffer].handle;
+    if (!handle.owner) continue;
+    const c10::TensorImpl* now = handle.CurrentImpl();
+    if (now != nullptr && now != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+      OnReassign(static_cast<int32_t>(buffer), handle.Current());
+    }
+  }
+}
+
+void Recorder::OnReassign(int32_t buffer, const at::Tensor& tensor) {
+  BufferState& state = buffers_[buffer];
+  // The former holder stops being the buffer but keeps its producer.
+  if (TensorEntry* former = Lookup(state.holder.unsafeGetTensorImpl())) former->buffer = -1;
+  if (state.holder.has_storage()) {
+    auto it = storages_.find(state.holder.storage().unsafeGetStorageImpl());
+    if (it != storages_.end()) {
+      auto& owners = it->second.buffers;
+      owners.erase(std::remove(owners.begin(), owners.end(), buffer), owners.end());
+    }
+  }
+  state.former_holders.push_back(state.holder);
+  // The new tensor's producer becomes the version's producer.
+  bool touches_buffer = false;
+  int32_t owner_module = -1;
+  const SourceRecord source = Resolve(tensor, &touches_buffer, &owner_module);
+  SetHolder(buffer, tensor);
+  AddBufferVersion(buffer, WriteKind::kReassign,
+                   source.kind == SourceRecord::Kind::kNode ? source.index : -1,
+                   source.output_index, Snapshot(tensor), std::nullopt);
+}
+
+int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& site) {
+  // See NOTE [Layers and passes].
+  if (!site.in_script && module == 0) return next_layer_++;
+  const LayerKey key{module, op_index, site.in_script ? site.position : 0};
+  auto [it, inserted] = layers_.try_emplace(key, next_layer_);
+  if (inserted) ++next_layer_;
+  return it->second;
+}
+
+absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
+  NoCapture no_capture(kCaptureKey);
+  if (finished_) return absl::FailedPreconditionError("the capture already finished");
+  finished_ = true;
+  if (!failure_.empty()) {
+    return absl::AbortedError(absl::StrCat(
+        "the forward pass threw while capturing (", failure_,
+        "); the trace would be incomplete. Fix the error and capture again"));
+  }
+  CheckAllBuffers();
+  ForEachTensor(outputs, [&](const at::Tensor& tensor) {
+    if (!tensor.defined()) return;
+    bool touches_buffer = false;
+    int32_t owner_module = -1;
+    const SourceRecord source = Resolve(tensor, &touches_buffer, &owner_module);
+    NodeRecord node;
+    node.kind = NodeRecord::Kind::kOutput;
+    node.sources_begin = static_cast<int32_t>(record_.sources.size());
+    record_.sources.push_back(source);
+    node.sources_end = static_cast<int32_t>(record_.sources.size());
+    node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
+    AddOutput(tensor, source.slot >= 0 ? source.slot
+                                       : (options_.save_activations ? Save(tensor) : -1));
+    node.outputs_end = static_cast<int32_t>(record_.outputs.size());
+    record_.nodes.push_back(node);
+  });
+
+  // NOTE [Unjournaled buffer changes]: a buffer whose value at the end differs from its
+  // last recorded version changed in a way capture could not see (set_data, a raw write).
+  for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
+    const BufferState& state = buffers_[buffer];
+    const at::Tensor now = state.handle.Current();
+    if (!now.defined() || SameValue(now, state.latest)) continue;
+    TraceDiagnostic diagnostic;
+    diagnostic.address = state.handle.address;
+    diagnostic.message = absl::StrCat(
+        "registered buffer \"", state.handle.address,
+        "\" changed without a journaled write: its value at the end of capture differs from "
+        "its last recorded version. Write buffers with copy_ or other in-place ops (also "
+        "through views and slices) or by reassignment (self.",
+        state.handle.address.substr(state.handle.address.rfind('.') + 1),
+        " = t in TorchScript), not with set_data or .data assignment; or set "
+        "CaptureOptions::allow_unjournaled_writes to accept the change as a diagnostic");
+    if (!options_.allow_unjournaled_writes) {
+      return absl::FailedPreconditionError(diagnostic.message);
+    }
+    record_.diagnostics.push_back(std::move(diagnostic));
+  }
+  record_.module_addresses = module_addresses_.Release();
+  return std::move(record_);
+}
+
+}  // namespace torchlens

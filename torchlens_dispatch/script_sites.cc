@@ -1,0 +1,65 @@
+#include "torchlens_dispatch/script_sites.h"
+
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+
+namespace torchlens {
+
+int32_t ModuleAddresses::Intern(const std::string& address) {
+  auto [it, inserted] = ids_.emplace(address, static_cast<int32_t>(addresses_.size()));
+  if (inserted) addresses_.push_back(address);
+  return it->second;
+}
+
+void ParseModuleHierarchy(const std::vector<std::string>& hierarchy, std::string* address,
+                          size_t* innermost) {
+  // Entries look like "TOP(Net)::forward", "block(Block)::forward", "SELF(Conv2d)::_conv_forward",
+  // "CALL_FUNCTION::relu()::relu" or "::helper". Only named instances descend.
+  std::vector<absl::string_view> path;
+  *innermost = 0;
+  for (size_t i = 1; i < hierarchy.size(); ++i) {
+    absl::string_view entry = hierarchy[i];
+    const size_t paren = entry.find('(');
+    if (paren == 0 || paren == absl::string_view::npos) continue;  // free function
+    absl::string_view instance = entry.substr(0, paren);
+    if (instance == "SELF" || instance == "INSTANCE_NAME_UNKNOWN" ||
+        absl::StartsWith(instance, "CALL_FUNCTION")) {
+      continue;
+    }
+    path.push_back(instance);
+    *innermost = i;
+  }
+  *address = absl::StrJoin(path, ".");
+}
+
+ScriptSite ScriptSites::Current() {
+  ScriptSite site;
+  std::vector<std::string> hierarchy = torch::jit::currentModuleHierarchy();
+  if (hierarchy.empty()) return site;
+  site.in_script = true;
+  if (hierarchy != last_hierarchy_) {
+    std::string address;
+    ParseModuleHierarchy(hierarchy, &address, &last_innermost_);
+    last_module_ = addresses_->Intern(address);
+    last_hierarchy_ = std::move(hierarchy);
+  }
+  site.module = last_module_;
+  // currentCallstack() is innermost first; entry k from the outside is the range executing
+  // in the function of hierarchy entry k.
+  const std::vector<torch::jit::StackEntry> stack = torch::jit::currentCallstack();
+  const size_t first = stack.size() == last_hierarchy_.size() ? last_innermost_ : 0;
+  uint64_t position = 0x9e3779b97f4a7c15ULL;
+  for (size_t k = first; k < stack.size(); ++k) {
+    const torch::jit::StackEntry& entry = stack[stack.size() - 1 - k];
+    position = absl::HashOf(position, entry.range.start(), entry.range.end(),
+                            static_cast<const void*>(entry.range.source().get()));
+  }
+  site.position = position;
+  return site;
+}
+
+}  // namespace torchlens

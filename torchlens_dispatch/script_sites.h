@@ -1,0 +1,65 @@
+// Where in TorchScript code the current op runs.
+//
+// NOTE [Layers and passes]
+// A layer is one place in the model's code; a pass is one execution of it. For TorchScript
+// the interpreter knows both: `currentModuleHierarchy()` names the chain of module
+// instances ("TOP(Net)::forward", "block(Block)::forward", "conv(Conv2d)::forward", ...)
+// and `currentCallstack()` gives, for the same chain, the source range executing in each
+// function. An op's layer is (innermost module instance, the source ranges from that
+// module's own code inward, operator). Running the same module again (from any call site)
+// or the same statement again in a loop repeats the layer: pass 2, 3, ... Ops outside the
+// interpreter (C++ code, torch::nn modules) have no source position; for them the layer is
+// (owning module, operator) inside a non-root module, and every op of the root is its own
+// layer. See README "Layers and passes".
+#ifndef TORCHLENS_DISPATCH_SCRIPT_SITES_H_
+#define TORCHLENS_DISPATCH_SCRIPT_SITES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace torchlens {
+
+// Interned module addresses; id 0 is the root "".
+class ModuleAddresses {
+ public:
+  ModuleAddresses() { Intern(""); }
+  int32_t Intern(const std::string& address);
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  std::vector<std::string> Release() { return std::move(addresses_); }
+
+ private:
+  std::vector<std::string> addresses_;
+  absl::flat_hash_map<std::string, int32_t> ids_;
+};
+
+struct ScriptSite {
+  bool in_script = false;  // false: no TorchScript frame is running on this thread
+  int32_t module = 0;      // innermost module instance (ModuleAddresses id)
+  uint64_t position = 0;   // hash of the source ranges from that module's code inward
+};
+
+// Reads the current op's site from the TorchScript interpreter. One per capture.
+class ScriptSites {
+ public:
+  explicit ScriptSites(ModuleAddresses* addresses) : addresses_(addresses) {}
+  ScriptSite Current();
+
+ private:
+  ModuleAddresses* addresses_;
+  // The previous op's hierarchy and what it parsed to: consecutive ops mostly share it.
+  std::vector<std::string> last_hierarchy_;
+  int32_t last_module_ = 0;
+  size_t last_innermost_ = 0;
+};
+
+// Parses a `currentModuleHierarchy()` result into the innermost module's dotted address
+// and the index of its entry. Exposed for tests.
+void ParseModuleHierarchy(const std::vector<std::string>& hierarchy, std::string* address,
+                          size_t* innermost);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_DISPATCH_SCRIPT_SITES_H_
