@@ -34,7 +34,9 @@ std::string OpTypeName(const c10::OperatorName& name) {
 
 Trace BuildTrace(CaptureRecord record) {
   const std::vector<NodeRecord>& nodes = record.nodes;
-  std::vector<Op> ops(nodes.size());
+  TraceParts parts;
+  std::vector<Op>& ops = parts.ops;
+  ops.resize(nodes.size());
 
   // Buffer numbers in order of first appearance; versions counted per buffer.
   std::vector<int> buffer_number(record.buffers.size(), 0);
@@ -160,19 +162,19 @@ Trace BuildTrace(CaptureRecord record) {
   }
 
   // Address-level metadata.
-  std::map<std::string, Buffer> buffers;
+  std::map<std::string, Buffer>& buffers = parts.buffers;
   for (const BufferRecord& buffer : record.buffers) {
     Buffer& entry = buffers[buffer.address];
     entry.address = buffer.address;
     entry.initial_value = buffer.initial_value;
     entry.module_address = record.module_addresses[buffer.module];
   }
-  std::map<std::string, Param> params;
+  std::map<std::string, Param>& params = parts.params;
   for (const ParamRecord& param : record.params) {
     params[param.address] =
         Param{param.address, param.shape, record.module_addresses[param.module]};
   }
-  std::map<std::string, Module> modules;
+  std::map<std::string, Module>& modules = parts.modules;
   for (const ModuleRecord& module : record.modules) {
     Module& entry = modules[module.address];
     entry.address = module.address;
@@ -191,8 +193,11 @@ Trace BuildTrace(CaptureRecord record) {
   for (const BufferRecord& buffer : record.buffers) owners(buffer.address, &Module::buffers);
   for (const ParamRecord& param : record.params) owners(param.address, &Module::params);
 
-  return Trace::Assemble(std::move(ops), std::move(buffers), std::move(modules), std::move(params),
-                         std::move(record.diagnostics), record.saved_values, record.training);
+  parts.diagnostics = std::move(record.diagnostics);
+  parts.has_saved_values = record.saved_values;
+  parts.training = record.training;
+  parts.stats = record.stats;
+  return Trace::Assemble(std::move(parts));
 }
 
 }  // namespace torchlens

@@ -95,6 +95,7 @@ struct CaptureRecord {
   std::vector<TraceDiagnostic> diagnostics;
   bool saved_values = false;
   bool training = false;
+  CaptureStats stats;
 };
 
 }  // namespace torchlens

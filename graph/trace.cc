@@ -80,7 +80,8 @@ Trace::Trace(const Trace& other)
       params_(other.params_),
       diagnostics_(other.diagnostics_),
       has_saved_values_(other.has_saved_values_),
-      training_(other.training_) {
+      training_(other.training_),
+      stats_(other.stats_) {
   Relink();
 }
 
@@ -92,19 +93,16 @@ Trace& Trace::operator=(const Trace& other) {
   return *this;
 }
 
-Trace Trace::Assemble(std::vector<Op> ops, std::map<std::string, Buffer> buffers,
-                      std::map<std::string, Module> modules,
-                      std::map<std::string, Param> params,
-                      std::vector<TraceDiagnostic> diagnostics, bool has_saved_values,
-                      bool training) {
+Trace Trace::Assemble(TraceParts parts) {
   Trace trace;
-  trace.ops_ = std::move(ops);
-  trace.buffers_ = std::move(buffers);
-  trace.modules_ = std::move(modules);
-  trace.params_ = std::move(params);
-  trace.diagnostics_ = std::move(diagnostics);
-  trace.has_saved_values_ = has_saved_values;
-  trace.training_ = training;
+  trace.ops_ = std::move(parts.ops);
+  trace.buffers_ = std::move(parts.buffers);
+  trace.modules_ = std::move(parts.modules);
+  trace.params_ = std::move(parts.params);
+  trace.diagnostics_ = std::move(parts.diagnostics);
+  trace.has_saved_values_ = parts.has_saved_values;
+  trace.training_ = parts.training;
+  trace.stats_ = parts.stats;
   trace.Index();
   for (Op& op : trace.ops_) op.children.clear();
   for (Op& op : trace.ops_) {

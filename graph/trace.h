@@ -142,6 +142,28 @@ struct TraceDiagnostic {
   std::string message;
 };
 
+// Counters of what the capture did, for tests and the benchmark.
+struct CaptureStats {
+  int64_t user_ops = 0;           // dispatched calls recorded as op nodes
+  int64_t nested_ops = 0;         // calls made inside them that the capture observed
+  int64_t buffer_slot_reads = 0;  // reads of TorchScript buffer slots (reassignment checks)
+  int64_t copy_on_write_clones = 0;  // saved values copied before an in-place write
+};
+
+class Trace;
+
+// Everything a `Trace` is made of (see `Trace::Assemble`).
+struct TraceParts {
+  std::vector<Op> ops;
+  std::map<std::string, Buffer> buffers;
+  std::map<std::string, Module> modules;
+  std::map<std::string, Param> params;
+  std::vector<TraceDiagnostic> diagnostics;
+  bool has_saved_values = false;
+  bool training = false;
+  CaptureStats stats;
+};
+
 class Trace {
  public:
   Trace() = default;
@@ -169,16 +191,13 @@ class Trace {
   bool has_saved_values() const { return has_saved_values_; }
   // Whether the model ran in training mode during capture.
   bool training() const { return training_; }
+  const CaptureStats& capture_stats() const { return stats_; }
   // Position of `op` in `ops()`; -1 if it does not belong to this trace.
   int IndexOf(const Op* op) const;
 
   // Assembles a trace from its parts (used by the trace builder, the trace-file loader and
   // intervention forks). Computes children, buffer projections and lookup indexes.
-  static Trace Assemble(std::vector<Op> ops, std::map<std::string, Buffer> buffers,
-                        std::map<std::string, Module> modules,
-                        std::map<std::string, Param> params,
-                        std::vector<TraceDiagnostic> diagnostics, bool has_saved_values,
-                        bool training);
+  static Trace Assemble(TraceParts parts);
   // Mutable access for forks (validation/intervene.cc) that replace saved values before
   // re-linking; `Relink` recomputes the buffer projections afterwards.
   std::vector<Op>& mutable_ops() { return ops_; }
@@ -194,6 +213,7 @@ class Trace {
   std::vector<TraceDiagnostic> diagnostics_;
   bool has_saved_values_ = false;
   bool training_ = false;
+  CaptureStats stats_;
   absl::flat_hash_map<std::string, int> by_label_;
 };
 

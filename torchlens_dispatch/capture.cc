@@ -16,6 +16,7 @@
 #include "torchlens_dispatch/jit_model.h"
 #include "torchlens_dispatch/nn_model.h"
 #include "torchlens_dispatch/recorder.h"
+#include "torchlens_dispatch/script_runner.h"
 
 namespace torchlens {
 
@@ -87,7 +88,7 @@ absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IV
   guard.MarkInputs(c10::ivalue::Tuple::create(inputs));
   c10::IValue outputs;
   try {
-    outputs = model.forward(std::move(inputs));
+    outputs = RunUnoptimized(model, std::move(inputs));  // NOTE [Stable plans]
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("the model's forward failed on these inputs: ", e.what_without_backtrace()));

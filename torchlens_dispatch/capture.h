@@ -13,10 +13,15 @@
 // or in one call: `torchlens::TraceModule(model, {x})`.
 //
 // Behaviour worth knowing (README.md has the details):
-//   * TorchScript models run their unoptimized execution plan on the capturing thread
-//     (`setGraphExecutorOptimize(false)` for the guard's lifetime), so that every capture
-//     of a model sees the same ops under the same labels; optimization passes and fusers
-//     can rewrite the graph between runs.
+//   * Which ops a TorchScript model runs depends on its executor's plan, which the
+//     executor rewrites between runs (script_runner.h, NOTE [Stable plans]).
+//     `TraceModule` runs a private unoptimized plan: the same ops and labels on every
+//     capture, whatever ran before. Under a `CaptureGuard` the model runs its own
+//     executor, with optimization off on the capturing thread (plans built while capturing
+//     are unoptimized); a plan the executor already optimized is what runs. In inference
+//     (NoGradGuard / InferenceMode) on CPU that plan runs the same ops; in grad mode
+//     autodiff splits some (batch_norm). Use TraceModule where labels must not depend on
+//     the model's run history.
 //   * Nesting: a guard created on a thread that is already capturing is inert; it changes
 //     nothing and its `Finish` returns kFailedPrecondition. The outer capture continues.
 //   * A guard must be destroyed on the thread that created it.
@@ -84,8 +89,9 @@ class CaptureGuard {
   bool finished_ = false;
 };
 
-// Runs model.forward(inputs) under a CaptureGuard. A forward that throws (inputs of the
-// wrong shape, dtype or count) returns kInvalidArgument with the model's message.
+// Runs model.forward(inputs) under a CaptureGuard, through a private unoptimized plan
+// (NOTE [Stable plans]). A forward that throws (inputs of the wrong shape, dtype or count)
+// returns kInvalidArgument with the model's message.
 absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
                                   CaptureOptions options = {});
 

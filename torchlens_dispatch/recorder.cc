@@ -119,6 +119,7 @@ void Recorder::OnOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 
 void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         torch::jit::Stack* stack) {
+  ++record_.stats.user_ops;
   const size_t args_mark = record_.args.size();
   const size_t sources_mark = record_.sources.size();
   NodeRecord node;
@@ -158,6 +159,9 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     }
     observe_nested = touches_buffer || fused;
   }
+  // Nested calls may add to op_infos_ and move `*info`.
+  const int32_t op_index = info->index;
+  const uint32_t num_returns = info->num_returns;
 
   try {
     DepthGuard depth(&depth_);
@@ -178,13 +182,13 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   NoCapture no_capture(kCaptureKey);
   const ScriptSite site = model_.torchscript ? script_sites_.Current() : ScriptSite{};
   node.module = site.in_script ? site.module : std::max<int32_t>(owner_module, 0);
-  node.op = info->index;
-  node.layer = LayerOf(node.module, info->index, site);
+  node.op = op_index;
+  node.layer = LayerOf(node.module, op_index, site);
   const int32_t index = static_cast<int32_t>(record_.nodes.size());
   node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
   record_.nodes.push_back(node);
   int32_t output_index = 0;
-  for (const c10::IValue& value : torch::jit::last(*stack, info->num_returns)) {
+  for (const c10::IValue& value : torch::jit::last(*stack, num_returns)) {
     ForEachTensor(value, [&](const at::Tensor& tensor) {
       RecordOpOutput(index, output_index++, tensor, touches_buffer);
     });
@@ -195,6 +199,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 
 void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                           torch::jit::Stack* stack) {
+  ++record_.stats.nested_ops;
   const OpInfo& info = Info(op);
   if (!info.written_arguments.empty()) {
     NoCapture no_capture(kCaptureKey);
@@ -373,6 +378,7 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind) {
   for (int32_t slot : storage.saved_slots) {
     record_.slots[slot] = record_.slots[slot].clone();
   }
+  record_.stats.copy_on_write_clones += static_cast<int64_t>(storage.saved_slots.size());
   storage.saved_slots.clear();
   if (storage.buffers.empty()) return;
   const auto [begin, end] = ByteRange(tensor);
@@ -460,6 +466,7 @@ void Recorder::SetHolder(int32_t buffer, const at::Tensor& tensor) {
 }
 
 void Recorder::CheckAssignedBuffers() {
+  record_.stats.buffer_slot_reads += static_cast<int64_t>(assigned_buffers_.size());
   for (int32_t buffer : assigned_buffers_) {
     const BufferHandle& handle = buffers_[buffer].handle;
     const c10::TensorImpl* now = handle.CurrentImpl();
@@ -473,6 +480,7 @@ void Recorder::CheckAllBuffers() {
   for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
     const BufferHandle& handle = buffers_[buffer].handle;
     if (!handle.owner) continue;
+    ++record_.stats.buffer_slot_reads;
     const c10::TensorImpl* now = handle.CurrentImpl();
     if (now != nullptr && now != buffers_[buffer].holder.unsafeGetTensorImpl()) {
       OnReassign(static_cast<int32_t>(buffer), handle.Current());
@@ -492,14 +500,17 @@ void Recorder::OnReassign(int32_t buffer, const at::Tensor& tensor) {
     }
   }
   state.former_holders.push_back(state.holder);
-  // The new tensor's producer becomes the version's producer.
-  bool touches_buffer = false;
-  int32_t owner_module = -1;
-  const SourceRecord source = Resolve(tensor, &touches_buffer, &owner_module);
+  // The new tensor's producer (none for a tensor from outside the capture) becomes the
+  // version's producer. No Resolve here: it could check the buffers again, recursively.
+  int32_t producer = -1;
+  int32_t producer_output = 0;
+  if (const TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl())) {
+    producer = entry->node;
+    producer_output = entry->output_index;
+  }
   SetHolder(buffer, tensor);
-  AddBufferVersion(buffer, WriteKind::kReassign,
-                   source.kind == SourceRecord::Kind::kNode ? source.index : -1,
-                   source.output_index, Snapshot(tensor), std::nullopt);
+  AddBufferVersion(buffer, WriteKind::kReassign, producer, producer_output, Snapshot(tensor),
+                   std::nullopt);
 }
 
 int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& site) {

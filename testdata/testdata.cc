@@ -1,0 +1,44 @@
+#include "testdata/testdata.h"
+
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace torchlens {
+namespace testdata {
+
+std::string ModelPath(const std::string& name) { return absl::StrCat("testdata/", name, ".pt"); }
+
+torch::jit::Module LoadModel(const std::string& name) { return torch::jit::load(ModelPath(name)); }
+
+Expected::Expected(const std::string& name)
+    : name_(name), values_(torch::jit::load(absl::StrCat("testdata/", name, ".expected.pt"))) {}
+
+at::Tensor Expected::Get(const std::string& key) const {
+  if (!values_.hasattr(key)) {
+    throw std::out_of_range(absl::StrCat("testdata/", name_, ".expected.pt has no ", key));
+  }
+  return values_.attr(key).toTensor();
+}
+
+at::Tensor Expected::input(int i) const { return Get(absl::StrCat("input_", i)); }
+
+std::vector<c10::IValue> Expected::inputs() const {
+  std::vector<c10::IValue> result;
+  for (int i = 0; values_.hasattr(absl::StrCat("input_", i)); ++i) result.push_back(input(i));
+  return result;
+}
+
+at::Tensor Expected::output(int i) const { return Get(absl::StrCat("output_", i)); }
+
+at::Tensor Expected::buffer(const std::string& address) const {
+  return Get(absl::StrCat("buffer__", absl::StrReplaceAll(address, {{".", "__"}})));
+}
+
+at::Tensor Expected::initial_buffer(const std::string& address) const {
+  return Get(absl::StrCat("initial__", absl::StrReplaceAll(address, {{".", "__"}})));
+}
+
+}  // namespace testdata
+}  // namespace torchlens

@@ -1,0 +1,42 @@
+// Loading the generated test models and their eager-PyTorch oracle values in tests.
+//
+//   torch::jit::Module model = torchlens::testdata::LoadModel("mlp");
+//   torchlens::testdata::Expected expected("mlp");
+//   at::Tensor x = expected.input(0);
+//   at::Tensor y = expected.output(0);
+#ifndef TORCHLENS_TESTDATA_TESTDATA_H_
+#define TORCHLENS_TESTDATA_TESTDATA_H_
+
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+namespace torchlens {
+namespace testdata {
+
+// Path of testdata/NAME.pt relative to the test's working directory.
+std::string ModelPath(const std::string& name);
+
+torch::jit::Module LoadModel(const std::string& name);
+
+class Expected {
+ public:
+  explicit Expected(const std::string& name);
+  at::Tensor input(int i) const;
+  std::vector<c10::IValue> inputs() const;  // every input_N, in order
+  at::Tensor output(int i) const;
+  // A buffer's value after (buffer) or before (initial_buffer) eager PyTorch's forward.
+  at::Tensor buffer(const std::string& address) const;
+  at::Tensor initial_buffer(const std::string& address) const;
+
+ private:
+  at::Tensor Get(const std::string& key) const;
+  std::string name_;
+  torch::jit::Module values_;
+};
+
+}  // namespace testdata
+}  // namespace torchlens
+
+#endif  // TORCHLENS_TESTDATA_TESTDATA_H_
