@@ -167,6 +167,7 @@ Trace BuildTrace(CaptureRecord record) {
     Buffer& entry = buffers[buffer.address];
     entry.address = buffer.address;
     entry.initial_value = buffer.initial_value;
+    entry.final_value = buffer.final_value;
     entry.module_address = record.module_addresses[buffer.module];
   }
   std::map<std::string, Param>& params = parts.params;

@@ -66,6 +66,7 @@ struct BufferRecord {
   std::string address;
   int32_t module = 0;        // owning module (index into module_addresses)
   at::Tensor initial_value;  // a copy taken when capture started
+  at::Tensor final_value;    // a copy of the last version's value (kept even unsaved)
 };
 
 struct ParamRecord {

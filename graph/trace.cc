@@ -137,8 +137,12 @@ void Trace::Relink() {
   for (auto& [address, buffer] : buffers_) {
     std::stable_sort(buffer.versions.begin(), buffer.versions.end(),
                      [](const Op* a, const Op* b) { return a->buffer_pass < b->buffer_pass; });
-    buffer.final_value =
-        buffer.versions.empty() ? buffer.initial_value : buffer.versions.back()->out;
+    if (buffer.versions.empty()) {
+      buffer.final_value = buffer.initial_value;
+    } else if (buffer.versions.back()->out.defined()) {
+      buffer.final_value = buffer.versions.back()->out;
+    }  // else unsaved: keep the copy the capture recorded
+
   }
 }
 

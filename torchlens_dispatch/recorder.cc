@@ -570,6 +570,9 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
     }
     record_.diagnostics.push_back(std::move(diagnostic));
   }
+  for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
+    record_.buffers[buffer].final_value = buffers_[buffer].latest;
+  }
   record_.module_addresses = module_addresses_.Release();
   return std::move(record_);
 }
