@@ -284,6 +284,35 @@ class CausalMaskBn(nn.Module):
         return self.bn(x @ self.causal_mask)
 
 
+class ConvBlock(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+class Demo(nn.Module):
+    """The model `tools/bazelw run //tools:torchlens` traces when given no --model."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.block1 = ConvBlock(8)
+        self.block2 = ConvBlock(8)
+        self.head = nn.Linear(8, 10)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls.add_(1.0)
+        x = self.stem(x)
+        x = x + self.block2(self.block1(x))
+        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return F.log_softmax(self.head(x), dim=1)
+
+
 # ---------------------------------------------------------------------------------------
 
 def randomize_running_stats(module):
@@ -326,6 +355,7 @@ def models():
         "many_buffers": (ManyBuffers, [torch.tensor([1.0, 0.5])], False),
         "counter_cell": (CounterCell, [rand(1, 4)], False),
         "causal_mask_bn": (CausalMaskBn, [rand(3, 4)], False),
+        "demo": (Demo, [rand(1, 3, 16, 16)], False),
     }
 
 
@@ -378,6 +408,9 @@ def generate(name, factory, inputs, training):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    # An input file for `torchlens --input` (torch.save of a tensor).
+    torch.save(torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(7)),
+               os.path.join(OUT, "demo_input.pt"))
     only = set(sys.argv[1:])
     for name, (factory, inputs, training) in models().items():
         if only and name not in only:

@@ -18,19 +18,29 @@ int32_t ModuleAddresses::Intern(const std::string& address) {
 void ParseModuleHierarchy(const std::vector<std::string>& hierarchy, std::string* address,
                           size_t* innermost) {
   // Entries look like "TOP(Net)::forward", "block(Block)::forward", "SELF(Conv2d)::_conv_forward",
-  // "CALL_FUNCTION::relu()::relu" or "::helper". Only named instances descend.
+  // "CALL_FUNCTION::relu()::relu" or "::helper". Only named instances descend. A method that
+  // a module calls on itself shows as SELF, or, depending on the order in which the inliner
+  // met the calls, under the module's own instance name and type again
+  // ("stem(Conv2d)::forward | stem(Conv2d)::_conv_forward"): both stay in the module.
   std::vector<absl::string_view> path;
+  absl::string_view last_instance_and_type;
   *innermost = 0;
   for (size_t i = 1; i < hierarchy.size(); ++i) {
     absl::string_view entry = hierarchy[i];
     const size_t paren = entry.find('(');
-    if (paren == 0 || paren == absl::string_view::npos) continue;  // free function
+    const size_t close = entry.find(')');
+    if (paren == 0 || paren == absl::string_view::npos || close == absl::string_view::npos) {
+      continue;  // free function
+    }
     absl::string_view instance = entry.substr(0, paren);
+    absl::string_view instance_and_type = entry.substr(0, close + 1);
     if (instance == "SELF" || instance == "INSTANCE_NAME_UNKNOWN" ||
-        absl::StartsWith(instance, "CALL_FUNCTION")) {
+        absl::StartsWith(instance, "CALL_FUNCTION") ||
+        instance_and_type == last_instance_and_type) {
       continue;
     }
     path.push_back(instance);
+    last_instance_and_type = instance_and_type;
     *innermost = i;
   }
   *address = absl::StrJoin(path, ".");

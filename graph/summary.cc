@@ -1,0 +1,113 @@
+#include "graph/summary.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace torchlens {
+namespace {
+
+// Rows of cells printed as left-aligned columns.
+class Table {
+ public:
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render(const std::string& indent) const {
+    std::vector<size_t> widths;
+    for (const auto& row : rows_) {
+      widths.resize(std::max(widths.size(), row.size()));
+      for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+    }
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line = indent;
+      for (size_t c = 0; c < row.size(); ++c) {
+        absl::StrAppend(&line, row[c]);
+        if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      absl::StrAppend(&out, line, "\n");
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string ModuleColumn(const std::string& address) { return address.empty() ? "-" : address; }
+
+}  // namespace
+
+std::string FormatShape(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string FormatSummary(const Trace& trace) {
+  std::string out;
+  int compute = 0;
+  for (const Op& op : trace.ops()) compute += op.is_compute() ? 1 : 0;
+  absl::StrAppend(&out, "Ops: ", trace.ops().size(), " nodes (", compute, " ops, ",
+                  trace.buffer_read_ops().size() + trace.buffer_write_ops().size(),
+                  " buffer versions), ", trace.training() ? "training" : "eval", " mode\n");
+  Table ops;
+  ops.Add({"label", "type", "shape", "dtype", "module", "parents"});
+  for (const Op& op : trace.ops()) {
+    std::string type = op.type;
+    if (op.is_buffer) {
+      type = absl::StrCat("buffer ", op.address, " (",
+                          op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read",
+                          ")");
+    }
+    std::vector<std::string> parents = op.parents;
+    for (const std::string& param : op.parent_params) parents.push_back(param);
+    ops.Add({op.label, type, FormatShape(op.tensor_shape), op.tensor_dtype,
+             ModuleColumn(op.module_address), absl::StrJoin(parents, ", ")});
+  }
+  absl::StrAppend(&out, ops.Render("  "));
+
+  int64_t values = 0;
+  for (const auto& [address, param] : trace.params()) {
+    int64_t count = 1;
+    for (int64_t d : param.shape) count *= d;
+    values += count;
+  }
+  absl::StrAppend(&out, "\nParameters: ", trace.params().size(), " (", values, " values)\n");
+  Table params;
+  params.Add({"address", "shape", "module"});
+  for (const auto& [address, param] : trace.params()) {
+    params.Add({address, FormatShape(param.shape), ModuleColumn(param.module_address)});
+  }
+  if (!trace.params().empty()) absl::StrAppend(&out, params.Render("  "));
+
+  absl::StrAppend(&out, "\nBuffers: ", trace.buffers().size(), "\n");
+  Table buffers;
+  buffers.Add({"address", "shape", "versions", "writes", "kinds"});
+  for (const auto& [address, buffer] : trace.buffers()) {
+    std::vector<std::string> kinds;
+    for (const Op* version : buffer.versions) {
+      if (version->buffer_write_kind) {
+        std::string kind(WriteKindName(*version->buffer_write_kind));
+        if (version->buffer_value_changed.has_value() && !*version->buffer_value_changed) {
+          absl::StrAppend(&kind, "(unchanged)");
+        }
+        kinds.push_back(kind);
+      }
+    }
+    buffers.Add({address,
+                 buffer.initial_value.defined() ? FormatShape(buffer.initial_value.sizes().vec())
+                                                : "",
+                 absl::StrCat(buffer.versions.size()), absl::StrCat(buffer.num_overwrites),
+                 kinds.empty() ? (buffer.versions.empty() ? "unused" : "read only")
+                               : absl::StrJoin(kinds, ", ")});
+  }
+  if (!trace.buffers().empty()) absl::StrAppend(&out, buffers.Render("  "));
+  for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {
+    absl::StrAppend(&out, "\nDiagnostic (", diagnostic.address, "): ", diagnostic.message, "\n");
+  }
+  return out;
+}
+
+}  // namespace torchlens

@@ -1,0 +1,128 @@
+#include "tools/cli_flags.h"
+
+#include <limits>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace torchlens {
+
+const char kUsage[] =
+    "usage: torchlens [--model FILE.pt] [--input_shape 1,3,224,224[;...] | --input FILE]\n"
+    "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
+    "\n"
+    "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
+    "buffers. Without --model it traces the bundled demo model (testdata/demo.pt).\n"
+    "  --model FILE        TorchScript archive saved with torch.jit.save\n"
+    "  --input_shape S     random normal inputs of these shapes (';' between inputs)\n"
+    "  --input FILE        inputs saved from Python with torch.save (a tensor or a\n"
+    "                      list/tuple of tensors)\n"
+    "  --mode eval|train   module mode during the capture (default eval)\n"
+    "  --seed N            seed of the random inputs (default 0)\n"
+    "  --no_save           capture without saving activations\n"
+    "  --summary FILE      write the summary to FILE instead of stdout\n";
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text) {
+  if (text.empty()) {
+    return absl::InvalidArgumentError(
+        "--input_shape is empty; expected comma-separated dimensions such as 1,3,224,224 "
+        "(';' between inputs)");
+  }
+  std::vector<std::vector<int64_t>> shapes;
+  for (absl::string_view input : absl::StrSplit(text, ';')) {
+    std::vector<int64_t> shape;
+    int64_t elements = 1;
+    for (absl::string_view dim : absl::StrSplit(input, ',')) {
+      dim = absl::StripAsciiWhitespace(dim);
+      int64_t value = 0;
+      if (dim.empty() || dim.size() > 12 || !absl::SimpleAtoi(dim, &value) || value < 0 ||
+          dim.find_first_not_of("0123456789") != absl::string_view::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--input_shape \"", text, "\": dimension \"", dim,
+            "\" is not a non-negative integer; expected e.g. 1,3,224,224"));
+      }
+      shape.push_back(value);
+      elements = value == 0 ? 0 : elements;
+      if (value > 0 && elements > (int64_t{1} << 31) / value) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--input_shape \"", text, "\": an input of more than 2^31 elements"));
+      }
+      elements *= value;
+    }
+    shapes.push_back(std::move(shape));
+  }
+  return shapes;
+}
+
+absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args) {
+  CliOptions options;
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (!absl::ConsumePrefix(&arg, "--")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument \"", args[i], "\"; flags start with -- (see --help)"));
+    }
+    std::string name(arg);
+    std::optional<std::string> value;
+    if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
+      name = std::string(arg.substr(0, eq));
+      value = std::string(arg.substr(eq + 1));
+    }
+    auto take_value = [&]() -> absl::StatusOr<std::string> {
+      if (value.has_value()) return *value;
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      }
+      return args[++i];
+    };
+    auto no_value = [&]() -> absl::Status {
+      if (value.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+      }
+      return absl::OkStatus();
+    };
+    if (name == "help" || name == "h") {
+      if (absl::Status s = no_value(); !s.ok()) return s;
+      options.help = true;
+    } else if (name == "no_save") {
+      if (absl::Status s = no_value(); !s.ok()) return s;
+      options.save_activations = false;
+    } else if (name == "model" || name == "input" || name == "summary" ||
+               name == "input_shape" || name == "mode" || name == "seed") {
+      absl::StatusOr<std::string> v = take_value();
+      if (!v.ok()) return v.status();
+      if (name == "model") {
+        options.model = *v;
+      } else if (name == "input") {
+        options.input_file = *v;
+      } else if (name == "summary") {
+        options.summary_file = *v;
+      } else if (name == "input_shape") {
+        absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ParseInputShapes(*v);
+        if (!shapes.ok()) return shapes.status();
+        options.input_shapes = *std::move(shapes);
+      } else if (name == "mode") {
+        if (*v != "train" && *v != "eval") {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--mode \"", *v, "\": expected train or eval"));
+        }
+        options.train = *v == "train";
+      } else if (!absl::SimpleAtoi(*v, &options.seed)) {
+        return absl::InvalidArgumentError(absl::StrCat("--seed \"", *v, "\" is not an integer"));
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, "; run with --help for the flags"));
+    }
+  }
+  if (!options.input_shapes.empty() && !options.input_file.empty()) {
+    return absl::InvalidArgumentError("give --input_shape or --input, not both");
+  }
+  return options;
+}
+
+}  // namespace torchlens

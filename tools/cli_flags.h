@@ -1,0 +1,38 @@
+// Command-line flags of the `torchlens` tool, parsed without exiting the process so that
+// every mistake becomes one error line and exit code 2.
+#ifndef TORCHLENS_TOOLS_CLI_FLAGS_H_
+#define TORCHLENS_TOOLS_CLI_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace torchlens {
+
+struct CliOptions {
+  bool help = false;
+  std::string model;  // empty: the bundled demo model
+  std::vector<std::vector<int64_t>> input_shapes;
+  std::string input_file;
+  bool train = false;
+  int64_t seed = 0;
+  bool save_activations = true;
+  std::string summary_file;  // empty: stdout
+};
+
+// "1,3,224,224" or several inputs separated by ';': "1,16;1,4". Dimensions are
+// non-negative integers; a shape may hold at most 2^31 elements.
+absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text);
+
+// Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
+// --summary, --help; each as "--flag=value" or "--flag value".
+absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);
+
+extern const char kUsage[];
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_TOOLS_CLI_FLAGS_H_

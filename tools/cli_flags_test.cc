@@ -1,0 +1,54 @@
+#include "tools/cli_flags.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace torchlens {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(ParseInputShapes, OneAndSeveralInputs) {
+  absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ParseInputShapes("1,3,224,224");
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_THAT(*shapes, ElementsAre(ElementsAre(1, 3, 224, 224)));
+  shapes = ParseInputShapes("1, 16;2,4");
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_THAT(*shapes, ElementsAre(ElementsAre(1, 16), ElementsAre(2, 4)));
+}
+
+TEST(ParseInputShapes, RejectsBadShapes) {
+  for (const char* bad : {"", "1,,2", "1,x", "-1,3", "1;", "1.5", "99999999999999", "+3",
+                          "65536,65536"}) {
+    absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ParseInputShapes(bad);
+    EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(shapes.status().message()), HasSubstr("--input_shape")) << bad;
+  }
+}
+
+TEST(ParseCommandLine, FlagsWithAndWithoutEquals) {
+  absl::StatusOr<CliOptions> options = ParseCommandLine(
+      {"--model=m.pt", "--input_shape", "2,3", "--mode", "train", "--seed=5", "--no_save"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->model, "m.pt");
+  EXPECT_THAT(options->input_shapes, ElementsAre(ElementsAre(2, 3)));
+  EXPECT_TRUE(options->train);
+  EXPECT_EQ(options->seed, 5);
+  EXPECT_FALSE(options->save_activations);
+}
+
+TEST(ParseCommandLine, RejectsMistakes) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--bogus"}, {"model.pt"}, {"--model"}, {"--mode=fast"}, {"--seed=x"},
+      {"--no_save=1"}, {"--input=a.pt", "--input_shape=1"}};
+  for (const std::vector<std::string>& args : bad) {
+    absl::StatusOr<CliOptions> options = ParseCommandLine(args);
+    EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument) << args[0];
+  }
+  EXPECT_THAT(std::string(ParseCommandLine({"--bogus"}).status().message()),
+              HasSubstr("unknown flag --bogus"));
+}
+
+}  // namespace
+}  // namespace torchlens

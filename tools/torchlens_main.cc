@@ -1,0 +1,144 @@
+// The `torchlens` command-line tool: traces one forward pass and prints a summary.
+//
+//   tools/bazelw run //tools:torchlens
+//   tools/bazelw run //tools:torchlens -- --model /path/model.pt --input_shape 1,3,224,224
+//
+// Every failure prints one line "torchlens: error: ..." and exits with code 2.
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+#include <torch/serialize.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "graph/summary.h"
+#include "tools/cli_flags.h"
+#include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/load_model.h"
+
+namespace torchlens {
+namespace {
+
+constexpr char kBundledModel[] = "testdata/demo.pt";
+const std::vector<int64_t> kBundledInputShape = {1, 3, 16, 16};
+
+// Relative paths are relative to where the user ran `bazel run` from.
+std::string UserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
+}
+
+// The bundled model: in the runfiles tree (bazel run) or beside the binary.
+std::string BundledModelPath(const std::string& argv0) {
+  for (const std::string& candidate :
+       {std::string(kBundledModel), absl::StrCat(argv0, ".runfiles/torchlens/", kBundledModel)}) {
+    if (std::ifstream(candidate).good()) return candidate;
+  }
+  return kBundledModel;
+}
+
+absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file.good()) {
+    return absl::NotFoundError(absl::StrCat("cannot read input file '", path, "'"));
+  }
+  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return absl::InvalidArgumentError(
+        absl::StrCat("input file '", path, "' is not a tensor saved with torch.save (",
+                     what.substr(0, what.find('\n')), ")"));
+  }
+  std::vector<c10::IValue> inputs;
+  if (value.isTensor()) {
+    inputs.push_back(value);
+  } else if (value.isList() || value.isTuple()) {
+    for (const c10::IValue& element :
+         value.isList() ? value.toListRef() : value.toTupleRef().elements()) {
+      inputs.push_back(element);
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input file '", path, "' holds a ", value.tagKind(),
+        "; expected a tensor or a list/tuple of tensors saved with torch.save"));
+  }
+  return inputs;
+}
+
+absl::Status Run(const std::vector<std::string>& args, const std::string& argv0) {
+  absl::StatusOr<CliOptions> options = ParseCommandLine(args);
+  if (!options.ok()) return options.status();
+  if (options->help) {
+    std::cout << kUsage;
+    return absl::OkStatus();
+  }
+  const bool bundled = options->model.empty();
+  const std::string model_path = bundled ? BundledModelPath(argv0) : UserPath(options->model);
+  absl::StatusOr<torch::jit::Module> model = LoadTorchScript(model_path);
+  if (!model.ok()) return model.status();
+  model->train(options->train);
+
+  std::vector<c10::IValue> inputs;
+  if (!options->input_file.empty()) {
+    absl::StatusOr<std::vector<c10::IValue>> loaded = LoadInputs(UserPath(options->input_file));
+    if (!loaded.ok()) return loaded.status();
+    inputs = *std::move(loaded);
+  } else {
+    std::vector<std::vector<int64_t>> shapes = options->input_shapes;
+    if (shapes.empty()) {
+      if (!bundled) {
+        return absl::InvalidArgumentError(
+            "give the model's inputs with --input_shape (e.g. 1,3,224,224) or --input FILE");
+      }
+      shapes.push_back(kBundledInputShape);
+    }
+    torch::manual_seed(static_cast<uint64_t>(options->seed));
+    for (const std::vector<int64_t>& shape : shapes) inputs.push_back(torch::randn(shape));
+  }
+
+  CaptureOptions capture;
+  capture.save_activations = options->save_activations;
+  absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture);
+  if (!trace.ok()) return trace.status();
+
+  const std::string summary =
+      absl::StrCat("torchlens trace of ", model_path, "\n\n", FormatSummary(*trace));
+  if (options->summary_file.empty()) {
+    std::cout << summary;
+  } else {
+    std::ofstream out(UserPath(options->summary_file));
+    out << summary;
+    if (!out.good()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot write --summary file '", options->summary_file, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace torchlens
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  absl::Status status;
+  try {
+    status = torchlens::Run(args, argv[0]);
+  } catch (const std::exception& e) {
+    status = absl::InternalError(e.what());
+  }
+  if (status.ok()) return 0;
+  const std::string message(status.message());
+  std::cerr << "torchlens: error: " << message.substr(0, message.find('\n')) << "\n";
+  return 2;
+}
