@@ -182,13 +182,12 @@ Trace BuildTrace(CaptureRecord record) {
     entry.type_name = module.type_name;
   }
   auto owners = [&modules](const std::string& address, auto member) {
-    // Every module whose address is a dotted prefix of `address` (the root included).
-    for (auto& [module_address, module] : modules) {
-      if (module_address.empty() ||
-          (address.size() > module_address.size() && absl::StartsWith(address, module_address) &&
-           address[module_address.size()] == '.')) {
-        (module.*member).push_back(address);
-      }
+    // The root and every module whose address is a dotted prefix of `address`.
+    if (auto root = modules.find(""); root != modules.end()) (root->second.*member).push_back(address);
+    for (size_t dot = address.find('.'); dot != std::string::npos;
+         dot = address.find('.', dot + 1)) {
+      auto it = modules.find(address.substr(0, dot));
+      if (it != modules.end()) (it->second.*member).push_back(address);
     }
   };
   for (const BufferRecord& buffer : record.buffers) owners(buffer.address, &Module::buffers);

@@ -148,6 +148,8 @@ struct CaptureStats {
   int64_t nested_ops = 0;         // calls made inside them that the capture observed
   int64_t buffer_slot_reads = 0;  // reads of TorchScript buffer slots (reassignment checks)
   int64_t copy_on_write_clones = 0;  // saved values copied before an in-place write
+  int64_t marked_sites = 0;       // TorchScript ops located by site markers
+  int64_t interpreter_sites = 0;  // TorchScript ops located by asking the interpreter
 };
 
 class Trace;

@@ -248,6 +248,36 @@ TEST(CaptureTest, CaptureNeverChangesWhatTheModelComputes) {
   }
 }
 
+// TraceModule locates ops with site markers; a CaptureGuard around the model's own
+// executor asks the interpreter. Both must name the same layers and modules.
+TEST(CaptureTest, SiteMarkersAgreeWithTheInterpreter) {
+  for (const char* name : {"mlp", "convbn_train", "loop_reuse", "multi_output", "call_twice",
+                           "seed_recurrent", "recurrent_loop", "counter_cell", "demo",
+                           "instancenorm_train", "slice_assign"}) {
+    SCOPED_TRACE(name);
+    testdata::Expected expected(name);
+    torch::jit::Module marked_model = testdata::LoadModel(name);
+    absl::StatusOr<Trace> marked = TraceModule(marked_model, expected.inputs());
+    ASSERT_TRUE(marked.ok()) << marked.status();
+    EXPECT_EQ(marked->capture_stats().interpreter_sites, 0);
+    EXPECT_EQ(marked->capture_stats().marked_sites, marked->capture_stats().user_ops);
+
+    torch::jit::Module asked_model = testdata::LoadModel(name);
+    CaptureGuard guard(asked_model);
+    guard.MarkInputs(c10::ivalue::Tuple::create(expected.inputs()));
+    const c10::IValue out = asked_model.forward(expected.inputs());
+    absl::StatusOr<Trace> asked = guard.Finish(out);
+    ASSERT_TRUE(asked.ok()) << asked.status();
+    EXPECT_EQ(asked->capture_stats().marked_sites, 0);
+    ASSERT_EQ(Labels(*marked), Labels(*asked));
+    for (size_t i = 0; i < marked->ops().size(); ++i) {
+      EXPECT_EQ(marked->ops()[i].module_address, asked->ops()[i].module_address)
+          << marked->ops()[i].label;
+      EXPECT_EQ(marked->ops()[i].parents, asked->ops()[i].parents) << marked->ops()[i].label;
+    }
+  }
+}
+
 TEST(CaptureTest, LabelsAreStableFromOneCaptureToTheNext) {
   torch::jit::Module model = testdata::LoadModel("convbn_eval");
   testdata::Expected expected("convbn_eval");

@@ -104,6 +104,7 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
       if (alias != nullptr && alias->isWrite()) info.written_arguments.push_back(a);
     }
     info.fused = FindFusedMutator(schema.name());
+    info.symbol = c10::Symbol::fromQualString(schema.name());
   }
   return it->second;
 }
@@ -162,6 +163,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   // Nested calls may add to op_infos_ and move `*info`.
   const int32_t op_index = info->index;
   const uint32_t num_returns = info->num_returns;
+  const c10::Symbol symbol = info->symbol;
 
   try {
     DepthGuard depth(&depth_);
@@ -180,7 +182,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   }
 
   NoCapture no_capture(kCaptureKey);
-  const ScriptSite site = model_.torchscript ? script_sites_.Current() : ScriptSite{};
+  const ScriptSite site = model_.torchscript ? script_sites_.Current(symbol) : ScriptSite{};
   node.module = site.in_script ? site.module : std::max<int32_t>(owner_module, 0);
   node.op = op_index;
   node.layer = LayerOf(node.module, op_index, site);
@@ -573,6 +575,8 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
     record_.buffers[buffer].final_value = buffers_[buffer].latest;
   }
+  record_.stats.marked_sites = script_sites_.marked();
+  record_.stats.interpreter_sites = script_sites_.asked();
   record_.module_addresses = module_addresses_.Release();
   return std::move(record_);
 }

@@ -92,6 +92,7 @@ class Recorder {
     uint32_t num_returns = 0;
     absl::InlinedVector<uint32_t, 2> written_arguments;  // alias_info()->isWrite()
     const FusedMutator* fused = nullptr;
+    c10::Symbol symbol;  // for matching marked sites
   };
   struct TensorEntry {
     int32_t node = -1;       // producing node; -1: a parameter, or a buffer not yet read

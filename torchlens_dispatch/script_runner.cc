@@ -3,21 +3,206 @@
 #include <memory>
 #include <utility>
 
+#include <cstdint>
+#include <deque>
+
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/script.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "torchlens_dispatch/script_sites.h"
 
 namespace torchlens {
 namespace {
 
+// The marker op of NOTE [Site markers]: JIT-only, so the interpreter calls it directly and
+// the dispatcher (and the capture) never sees it; CONSERVATIVE alias analysis gives it side
+// effects, so no pass removes it.
+const c10::Symbol kSiteMarker = c10::Symbol::fromQualString("torchlens::site");
+
+torch::jit::RegisterOperators site_marker_registration({torch::jit::Operator(
+    "torchlens::site(int site) -> ()",
+    [](torch::jit::Stack& stack) {
+      const int64_t site = torch::jit::pop(stack).toInt();
+      SetMarkedSite(reinterpret_cast<const MarkedSite*>(static_cast<intptr_t>(site)));
+    },
+    c10::AliasAnalysisKind::CONSERVATIVE)});
+
+// "conv(Conv2d)", as the interpreter's module hierarchy spells a module instance.
+std::string InstanceEntry(const torch::jit::ModuleInstanceInfo& info) {
+  std::string type;
+  if (info.class_type() && info.class_type()->name()) {
+    type = info.class_type()->name()->qualifiedName();
+    type = type.substr(type.find_last_of('.') + 1);
+  }
+  return absl::StrCat(info.instance_name().empty() ? "UNKNOWN_INSTANCE" : info.instance_name(),
+                      "(", type.empty() ? "UNKNOWN_TYPE" : type, ")");
+}
+
+// The site ScriptSites would read from the interpreter while `node` runs.
+MarkedSite SiteOf(torch::jit::Node* node, const std::string& top_entry) {
+  std::vector<std::string> hierarchy = {top_entry};
+  std::vector<torch::jit::SourceRange> ranges;
+  if (auto callstack = node->callstack()) {
+    for (const torch::jit::InlinedCallStackEntry& entry : (*callstack)->vec()) {
+      const std::string function = std::get<0>(entry)->name();
+      const auto& info = std::get<2>(entry);
+      hierarchy.push_back(info.has_value() ? absl::StrCat(InstanceEntry(*info), "::", function)
+                                           : absl::StrCat("::", function));
+      ranges.push_back(std::get<1>(entry));
+    }
+  }
+  ranges.push_back(node->sourceRange());
+  MarkedSite site;
+  site.op = node->kind();
+  size_t innermost = 0;
+  ParseModuleHierarchy(hierarchy, &site.address, &innermost);
+  site.position = kPositionSeed;
+  for (size_t k = innermost; k < ranges.size(); ++k) {
+    site.position = MixPosition(site.position, ranges[k]);
+  }
+  return site;
+}
+
+void CollectOpNodes(torch::jit::Block* block, std::vector<torch::jit::Node*>* out) {
+  for (torch::jit::Node* node : block->nodes()) {
+    for (torch::jit::Block* inner : node->blocks()) CollectOpNodes(inner, out);
+    const c10::Symbol kind = node->kind();
+    if (!kind.is_prim() && kind != kSiteMarker && node->maybeOperator() != nullptr) {
+      out->push_back(node);
+    }
+  }
+}
+
+// Inlines every call from the callees' source graphs, bottom-up: each callee's graph is
+// itself fully inlined before it is inlined at a call site, which is what gives the
+// inlined nodes their complete call stacks (inlineCallTo prepends the call site to the
+// callee nodes' stacks). torch::jit::Inline uses each callee's cached optimized_graph()
+// instead, whose content depends on the optimization setting in force when that cache was
+// first filled; this gives the same plan whatever ran before.
+using InlinedGraphs =
+    absl::flat_hash_map<torch::jit::GraphFunction*, std::shared_ptr<torch::jit::Graph>>;
+
+void InlineCalls(torch::jit::Block* block, InlinedGraphs* done);
+
+std::shared_ptr<torch::jit::Graph> Inlined(torch::jit::GraphFunction* function,
+                                           InlinedGraphs* done) {
+  auto it = done->find(function);
+  if (it != done->end()) return it->second;
+  std::shared_ptr<torch::jit::Graph> graph = function->graph()->copy();
+  InlineCalls(graph->block(), done);  // TorchScript has no recursion
+  done->emplace(function, graph);
+  return graph;
+}
+
+// LibTorch 1.13's inlineCallTo leaves the nodes inside an inlined If or Loop without the
+// call site in their call stack (it only visits nodes through the values it mapped), so
+// that, e.g., BatchNorm's `num_batches_tracked.add_(1)` would seem to run in the parent
+// module. Completes the stacks of nodes that lack the call site.
+void CompleteCallStack(torch::jit::Node* node, torch::jit::Function* callee,
+                       const torch::jit::SourceRange& call_site,
+                       const c10::optional<torch::jit::ModuleInstanceInfo>& instance);
+
+void CompleteCallStacks(torch::jit::Block* block, torch::jit::Function* callee,
+                        const torch::jit::SourceRange& call_site,
+                        const c10::optional<torch::jit::ModuleInstanceInfo>& instance) {
+  for (torch::jit::Node* node : block->nodes()) {
+    CompleteCallStack(node, callee, call_site, instance);
+  }
+}
+
+void CompleteCallStack(torch::jit::Node* node, torch::jit::Function* callee,
+                       const torch::jit::SourceRange& call_site,
+                       const c10::optional<torch::jit::ModuleInstanceInfo>& instance) {
+  c10::optional<torch::jit::InlinedCallStackPtr> stack = node->callstack();
+  const bool has_call_site = stack.has_value() && (*stack)->function() == callee &&
+                             (*stack)->source_range() == call_site;
+  if (!has_call_site) {
+    node->setCallStack(stack.has_value()
+                           ? c10::make_intrusive<torch::jit::InlinedCallStack>(
+                                 *stack, callee, call_site, instance)
+                           : c10::make_intrusive<torch::jit::InlinedCallStack>(
+                                 callee, call_site, instance));
+  }
+  for (torch::jit::Block* inner : node->blocks()) {
+    CompleteCallStacks(inner, callee, call_site, instance);
+  }
+}
+
+void InlineCalls(torch::jit::Block* block, InlinedGraphs* done) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    torch::jit::Node* node = *it++;
+    const c10::Symbol kind = node->kind();
+    if (kind == c10::prim::CallFunction || kind == c10::prim::CallMethod) {
+      if (torch::jit::GraphFunction* callee = torch::jit::tryToGraphFunction(node)) {
+        std::shared_ptr<torch::jit::Graph> callee_graph = Inlined(callee, done);
+        const torch::jit::SourceRange call_site = node->sourceRange();
+        torch::jit::Node* before = node->prev();
+        torch::jit::Node* after = node->next();
+        if (kind == c10::prim::CallFunction) node->removeInput(0);  // the function constant
+        torch::jit::inlineCallTo(node, callee, callee_graph.get());
+        // The module instance inlineCallTo recorded for this call, from a node it did
+        // annotate (its constructor is not exported).
+        c10::optional<torch::jit::ModuleInstanceInfo> instance;
+        for (torch::jit::Node* inlined = before->next(); inlined != after;
+             inlined = inlined->next()) {
+          c10::optional<torch::jit::InlinedCallStackPtr> stack = inlined->callstack();
+          if (stack.has_value() && (*stack)->function() == callee &&
+              (*stack)->source_range() == call_site) {
+            instance = (*stack)->module_instance();
+            break;
+          }
+        }
+        for (torch::jit::Node* inlined = before->next(); inlined != after;
+             inlined = inlined->next()) {
+          CompleteCallStack(inlined, callee, call_site, instance);
+        }
+        continue;
+      }
+    }
+    for (torch::jit::Block* inner : node->blocks()) InlineCalls(inner, done);
+  }
+}
+
 struct PrivatePlan {
   // Holding the source graph keeps its address from being reused as another cache key.
   std::shared_ptr<torch::jit::Graph> source;
+  std::deque<MarkedSite> sites;  // stable addresses, pointed at by the markers
   std::unique_ptr<torch::jit::GraphFunction> function;
 };
+
+// Inlines a copy of `method`'s graph and puts a site marker before each node that
+// dispatches an op.
+std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& method,
+                                              std::deque<MarkedSite>* sites) {
+  std::shared_ptr<torch::jit::Graph> graph = method.graph()->copy();
+  InlinedGraphs inlined;
+  InlineCalls(graph->block(), &inlined);
+  std::string top = "TOP";
+  if (!graph->inputs().empty()) {
+    if (auto self = graph->inputs()[0]->type()->cast<c10::ClassType>(); self && self->name()) {
+      std::string type = self->name()->qualifiedName();
+      top = absl::StrCat("TOP(", type.substr(type.find_last_of('.') + 1), ")");
+    }
+  }
+  top = absl::StrCat(top, "::", method.name());
+  std::vector<torch::jit::Node*> nodes;
+  CollectOpNodes(graph->block(), &nodes);
+  for (torch::jit::Node* node : nodes) {
+    sites->push_back(SiteOf(node, top));
+    torch::jit::WithInsertPoint insert_before(node);
+    torch::jit::Value* site = graph->insertConstant(
+        static_cast<int64_t>(reinterpret_cast<intptr_t>(&sites->back())));
+    graph->insertNode(graph->create(kSiteMarker, {site}, /*num_outputs=*/0));
+  }
+  return graph;
+}
 
 class PlanCache {
  public:
@@ -28,7 +213,7 @@ class PlanCache {
     if (plan.function == nullptr) {
       plan.source = source;
       plan.function = std::make_unique<torch::jit::GraphFunction>(
-          method.qualname(), source->copy(), /*function_creator=*/nullptr,
+          method.qualname(), MarkedCopy(method, &plan.sites), /*function_creator=*/nullptr,
           torch::jit::ExecutorExecutionMode::SIMPLE);
     }
     return *plan.function;

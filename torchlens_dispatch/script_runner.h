@@ -9,7 +9,9 @@
 // instead runs a private copy of the method's graph with the simple executor (inlining and
 // the no-optimization passes only), so every run of a model executes the same ops in the
 // same order whatever ran before, and the model's own executor is never touched (safe while
-// other threads run the model). `TraceModule` captures through it.
+// other threads run the model). `TraceModule` captures through it. The private copy also
+// carries site markers (script_sites.h, NOTE [Site markers]) that make module attribution
+// cheap.
 #ifndef TORCHLENS_DISPATCH_SCRIPT_RUNNER_H_
 #define TORCHLENS_DISPATCH_SCRIPT_RUNNER_H_
 

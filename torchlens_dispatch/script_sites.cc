@@ -46,7 +46,37 @@ void ParseModuleHierarchy(const std::vector<std::string>& hierarchy, std::string
   *address = absl::StrJoin(path, ".");
 }
 
-ScriptSite ScriptSites::Current() {
+namespace {
+thread_local const MarkedSite* marked_site = nullptr;
+}  // namespace
+
+void SetMarkedSite(const MarkedSite* site) { marked_site = site; }
+
+const MarkedSite* TakeMarkedSite() {
+  const MarkedSite* site = marked_site;
+  marked_site = nullptr;
+  return site;
+}
+
+uint64_t MixPosition(uint64_t hash, const torch::jit::SourceRange& range) {
+  return absl::HashOf(hash, range.start(), range.end(),
+                      static_cast<const void*>(range.source().get()));
+}
+
+ScriptSite ScriptSites::Current(c10::Symbol op) {
+  // See NOTE [Site markers].
+  if (const MarkedSite* marked = TakeMarkedSite(); marked != nullptr && marked->op == op) {
+    auto [it, inserted] = marked_modules_.try_emplace(marked, 0);
+    if (inserted) it->second = addresses_->Intern(marked->address);
+    ++marked_;
+    return ScriptSite{true, it->second, marked->position};
+  }
+  ScriptSite site = FromInterpreter();
+  asked_ += site.in_script ? 1 : 0;
+  return site;
+}
+
+ScriptSite ScriptSites::FromInterpreter() {
   ScriptSite site;
   std::vector<std::string> hierarchy = torch::jit::currentModuleHierarchy();
   if (hierarchy.empty()) return site;
@@ -62,11 +92,9 @@ ScriptSite ScriptSites::Current() {
   // in the function of hierarchy entry k.
   const std::vector<torch::jit::StackEntry> stack = torch::jit::currentCallstack();
   const size_t first = stack.size() == last_hierarchy_.size() ? last_innermost_ : 0;
-  uint64_t position = 0x9e3779b97f4a7c15ULL;
+  uint64_t position = kPositionSeed;
   for (size_t k = first; k < stack.size(); ++k) {
-    const torch::jit::StackEntry& entry = stack[stack.size() - 1 - k];
-    position = absl::HashOf(position, entry.range.start(), entry.range.end(),
-                            static_cast<const void*>(entry.range.source().get()));
+    position = MixPosition(position, stack[stack.size() - 1 - k].range);
   }
   site.position = position;
   return site;

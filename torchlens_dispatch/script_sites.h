@@ -18,9 +18,36 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/interned_strings.h>
+#include <torch/csrc/jit/frontend/source_range.h>
+
 #include "absl/container/flat_hash_map.h"
 
 namespace torchlens {
+
+// NOTE [Site markers]
+// Asking the interpreter where an op runs (`currentModuleHierarchy()` and
+// `currentCallstack()`) builds strings on every op, about 0.8 us. A graph torchlens runs
+// itself (script_runner.h) is instead rewritten before its first run: each node that
+// dispatches an op is preceded by a call to the JIT-only op `torchlens::site`, whose
+// argument points at a `MarkedSite` computed once from the node's inlined call stack. The
+// marker stores the pointer in a thread-local, and the recorder takes it on the next
+// user-level op, if that op is the node's operator; otherwise it asks the interpreter.
+// Marked sites live as long as the process (the private plans are never freed).
+struct MarkedSite {
+  c10::Symbol op;        // the node's operator, e.g. aten::linear
+  std::string address;   // innermost module instance, as ParseModuleHierarchy gives it
+  uint64_t position = 0; // as ScriptSites::Current computes it at run time
+};
+
+// Called by the marker op.
+void SetMarkedSite(const MarkedSite* site);
+// The site set since the last call, or nullptr; clears it.
+const MarkedSite* TakeMarkedSite();
+
+// The position hash of a chain of source ranges, outermost first.
+constexpr uint64_t kPositionSeed = 0x9e3779b97f4a7c15ULL;
+uint64_t MixPosition(uint64_t hash, const torch::jit::SourceRange& range);
 
 // Interned module addresses; id 0 is the root "".
 class ModuleAddresses {
@@ -45,10 +72,18 @@ struct ScriptSite {
 class ScriptSites {
  public:
   explicit ScriptSites(ModuleAddresses* addresses) : addresses_(addresses) {}
-  ScriptSite Current();
+  // The site of the current op, whose operator is `op`.
+  ScriptSite Current(c10::Symbol op);
+  int64_t marked() const { return marked_; }
+  int64_t asked() const { return asked_; }
 
  private:
+  ScriptSite FromInterpreter();
+
   ModuleAddresses* addresses_;
+  absl::flat_hash_map<const MarkedSite*, int32_t> marked_modules_;
+  int64_t marked_ = 0;
+  int64_t asked_ = 0;
   // The previous op's hierarchy and what it parsed to: consecutive ops mostly share it.
   std::vector<std::string> last_hierarchy_;
   int32_t last_module_ = 0;
