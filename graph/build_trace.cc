@@ -149,6 +149,7 @@ Trace BuildTrace(CaptureRecord record) {
       if (node.kind == NodeRecord::Kind::kOp) op.arg_sources.push_back(std::move(arg));
     }
     if (node.kind != NodeRecord::Kind::kOp || !record.saved_values) continue;
+    if (node.rng_slot >= 0) op.rng_state = record.slots[node.rng_slot];
     int32_t next_source = node.sources_begin;
     auto saved_argument = [&](const at::Tensor& live) -> at::Tensor {
       if (next_source >= node.sources_end) return live;

@@ -60,6 +60,8 @@ struct NodeRecord {
   int32_t buffer = -1;
   std::optional<WriteKind> write_kind;
   std::optional<bool> value_changed;
+  // kOp consuming randomness: the generator state before the call (slot), or -1.
+  int32_t rng_slot = -1;
 };
 
 struct BufferRecord {

@@ -102,6 +102,9 @@ struct Op {
   std::vector<c10::IValue> creation_args;
   // One entry per tensor inside `creation_args`, in visiting order (see ivalue_tensors.h).
   std::vector<ArgSource> arg_sources;
+  // For an op that consumes randomness (dropout, rand*, ...): the CPU generator's state
+  // just before it ran, so that replay draws the same numbers. Saved values only.
+  at::Tensor rng_state;
 
   bool is_input() const { return type == "input"; }
   bool is_output() const { return type == "output"; }

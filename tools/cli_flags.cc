@@ -14,6 +14,7 @@ namespace torchlens {
 const char kUsage[] =
     "usage: torchlens [--model FILE.pt] [--input_shape 1,3,224,224[;...] | --input FILE]\n"
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
+    "                 [--validate]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
     "buffers. Without --model it traces the bundled demo model (testdata/demo.pt).\n"
@@ -24,7 +25,9 @@ const char kUsage[] =
     "  --mode eval|train   module mode during the capture (default eval)\n"
     "  --seed N            seed of the random inputs (default 0)\n"
     "  --no_save           capture without saving activations\n"
-    "  --summary FILE      write the summary to FILE instead of stdout\n";
+    "  --summary FILE      write the summary to FILE instead of stdout\n"
+    "  --validate          replay the trace and print the verdict and any failures\n"
+    "                      (exit code 1 when validation fails)\n";
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text) {
   if (text.empty()) {
@@ -91,6 +94,9 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     } else if (name == "no_save") {
       if (absl::Status s = no_value(); !s.ok()) return s;
       options.save_activations = false;
+    } else if (name == "validate") {
+      if (absl::Status s = no_value(); !s.ok()) return s;
+      options.validate = true;
     } else if (name == "model" || name == "input" || name == "summary" ||
                name == "input_shape" || name == "mode" || name == "seed") {
       absl::StatusOr<std::string> v = take_value();
@@ -118,6 +124,9 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag --", name, "; run with --help for the flags"));
     }
+  }
+  if (options.validate && !options.save_activations) {
+    return absl::InvalidArgumentError("--validate needs saved values; drop --no_save");
   }
   if (!options.input_shapes.empty() && !options.input_file.empty()) {
     return absl::InvalidArgumentError("give --input_shape or --input, not both");

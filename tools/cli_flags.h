@@ -21,6 +21,7 @@ struct CliOptions {
   int64_t seed = 0;
   bool save_activations = true;
   std::string summary_file;  // empty: stdout
+  bool validate = false;
 };
 
 // "1,3,224,224" or several inputs separated by ';': "1,16;1,4". Dimensions are
@@ -28,7 +29,7 @@ struct CliOptions {
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text);
 
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
-// --summary, --help; each as "--flag=value" or "--flag value".
+// --summary, --validate, --help; each as "--flag=value" or "--flag value".
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);
 
 extern const char kUsage[];

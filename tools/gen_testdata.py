@@ -284,6 +284,29 @@ class CausalMaskBn(nn.Module):
         return self.bn(x @ self.causal_mask)
 
 
+class BnLoop(nn.Module):
+    """One BatchNorm applied five times in a loop (training mode: five fused writes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        for _ in range(5):
+            x = self.bn(x) * 1.5
+        return x
+
+
+class DropoutNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(torch.relu(self.fc(x)))
+
+
 class ConvBlock(nn.Module):
     def __init__(self, channels):
         super().__init__()
@@ -356,6 +379,8 @@ def models():
         "counter_cell": (CounterCell, [rand(1, 4)], False),
         "causal_mask_bn": (CausalMaskBn, [rand(3, 4)], False),
         "demo": (Demo, [rand(1, 3, 16, 16)], False),
+        "bn_loop_train": (BnLoop, [rand(4, 3)], True),
+        "dropout_train": (DropoutNet, [rand(3, 6)], True),
     }
 
 

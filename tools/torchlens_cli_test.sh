@@ -31,6 +31,11 @@ grep -qE "buffer calls \(inplace\)" "$TEST_TMPDIR/summary" || fail "bundled summ
 grep -q "training mode" "$TEST_TMPDIR/s.txt" || fail "--summary file lacks 'training mode'"
 grep -qE "buffer block1.bn.running_mean \(fused\)" "$TEST_TMPDIR/s.txt" || fail "train run lacks the fused write"
 
+# --validate: the verdict, in train mode too (fused running-stat transitions).
+"$TOOL" --validate --mode train >"$TEST_TMPDIR/v.txt" 2>"$TEST_TMPDIR/err" || fail "--validate failed: $(cat "$TEST_TMPDIR/err")"
+grep -q "^Validation: PASSED" "$TEST_TMPDIR/v.txt" || fail "--validate lacks the PASSED verdict"
+expect_error "validate without values" "needs saved values" --validate --no_save
+
 # Several inputs for a model that takes one: the model's own error, one line.
 expect_error "wrong input count" "forward failed" --model testdata/demo.pt --input_shape "1,3,16,16;1,3"
 expect_error "wrong input shape" "forward failed" --model testdata/demo.pt --input_shape 1,2

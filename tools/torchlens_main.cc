@@ -21,6 +21,7 @@
 #include "tools/cli_flags.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
+#include "validation/validate.h"
 
 namespace torchlens {
 namespace {
@@ -75,7 +76,11 @@ absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
   return inputs;
 }
 
-absl::Status Run(const std::vector<std::string>& args, const std::string& argv0) {
+// Exit code 1: the tool worked, the trace did not validate.
+constexpr int kValidationFailed = 1;
+
+absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
+                 int* exit_code) {
   absl::StatusOr<CliOptions> options = ParseCommandLine(args);
   if (!options.ok()) return options.status();
   if (options->help) {
@@ -111,8 +116,22 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0)
   absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture);
   if (!trace.ok()) return trace.status();
 
-  const std::string summary =
+  std::string summary =
       absl::StrCat("torchlens trace of ", model_path, "\n\n", FormatSummary(*trace));
+  if (options->validate) {
+    absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+    if (!report.ok()) return report.status();
+    absl::StrAppend(&summary, "\nValidation: ", report->passed ? "PASSED" : "FAILED", " (",
+                    report->ops_checked, " nodes checked, ", report->perturbations_checked,
+                    " perturbations, ", report->failures.size(), " failures)\n");
+    for (const std::string& line : report->state_transition_only) {
+      absl::StrAppend(&summary, "  state transition only: ", line, "\n");
+    }
+    for (const std::string& failure : report->failures) {
+      absl::StrAppend(&summary, "  FAIL ", failure, "\n");
+    }
+    if (!report->passed) *exit_code = kValidationFailed;
+  }
   if (options->summary_file.empty()) {
     std::cout << summary;
   } else {
@@ -132,12 +151,13 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0)
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   absl::Status status;
+  int exit_code = 0;
   try {
-    status = torchlens::Run(args, argv[0]);
+    status = torchlens::Run(args, argv[0], &exit_code);
   } catch (const std::exception& e) {
     status = absl::InternalError(e.what());
   }
-  if (status.ok()) return 0;
+  if (status.ok()) return exit_code;
   const std::string message(status.message());
   std::cerr << "torchlens: error: " << message.substr(0, message.find('\n')) << "\n";
   return 2;

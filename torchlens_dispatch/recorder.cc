@@ -1,10 +1,13 @@
 #include "torchlens_dispatch/recorder.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/clone.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
 #include <ATen/ops/equal.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -105,6 +108,15 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
     }
     info.fused = FindFusedMutator(schema.name());
     info.symbol = c10::Symbol::fromQualString(schema.name());
+    info.random = op.hasTag(at::Tag::nondeterministic_seeded);
+    for (const c10::Argument& argument : schema.arguments()) {
+      if (argument.type()->kind() == c10::TypeKind::GeneratorType ||
+          (argument.type()->kind() == c10::TypeKind::OptionalType &&
+           argument.type()->expectRef<c10::OptionalType>().getElementType()->kind() ==
+               c10::TypeKind::GeneratorType)) {
+        info.random = true;
+      }
+    }
   }
   return it->second;
 }
@@ -159,6 +171,12 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
       }
     }
     observe_nested = touches_buffer || fused;
+    if (info->random && options_.save_activations) {
+      // Replay draws the same numbers from this state (validation/replay.h).
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      node.rng_slot = SaveSnapshot(generator.get_state());
+    }
   }
   // Nested calls may add to op_infos_ and move `*info`.
   const int32_t op_index = info->index;
@@ -534,6 +552,15 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
         "); the trace would be incomplete. Fix the error and capture again"));
   }
   CheckAllBuffers();
+  // Saved values that live in a buffer's storage (views of buffers) would change with the
+  // model's next write, which no capture sees: copy them now (NOTE [Copy-on-write of
+  // saved values]).
+  for (auto& [storage, entry] : storages_) {
+    if (entry.buffers.empty()) continue;
+    for (int32_t slot : entry.saved_slots) record_.slots[slot] = record_.slots[slot].clone();
+    record_.stats.copy_on_write_clones += static_cast<int64_t>(entry.saved_slots.size());
+    entry.saved_slots.clear();
+  }
   ForEachTensor(outputs, [&](const at::Tensor& tensor) {
     if (!tensor.defined()) return;
     bool touches_buffer = false;

@@ -56,7 +56,7 @@
 #include "absl/status/statusor.h"
 #include "graph/capture_record.h"
 #include "torchlens_dispatch/capture_options.h"
-#include "torchlens_dispatch/fused_mutators.h"
+#include "graph/fused_mutators.h"
 #include "torchlens_dispatch/model_state.h"
 #include "torchlens_dispatch/script_sites.h"
 
@@ -93,6 +93,7 @@ class Recorder {
     absl::InlinedVector<uint32_t, 2> written_arguments;  // alias_info()->isWrite()
     const FusedMutator* fused = nullptr;
     c10::Symbol symbol;  // for matching marked sites
+    bool random = false;  // consumes randomness: tagged nondeterministic_seeded or takes a Generator
   };
   struct TensorEntry {
     int32_t node = -1;       // producing node; -1: a parameter, or a buffer not yet read

@@ -9,9 +9,10 @@
 // state arguments before the call (that clone is also the copy-on-write of any saved
 // value they alias), compares after it, and records one kFused version per updated
 // registered buffer per call. The list is the whole mechanism: add an op here, not an `if`
-// elsewhere.
-#ifndef TORCHLENS_DISPATCH_FUSED_MUTATORS_H_
-#define TORCHLENS_DISPATCH_FUSED_MUTATORS_H_
+// elsewhere. Replay (validation/) uses the same list to clone the state arguments
+// before re-running these ops and to check the state transitions.
+#ifndef TORCHLENS_GRAPH_FUSED_MUTATORS_H_
+#define TORCHLENS_GRAPH_FUSED_MUTATORS_H_
 
 #include <initializer_list>
 
@@ -34,6 +35,9 @@ const FusedMutator* FindFusedMutator(absl::string_view name);
 // Whether this call, with `args` its arguments, updates the state arguments.
 bool UpdatesState(const FusedMutator& mutator, c10::ArrayRef<c10::IValue> args);
 
+// Whether argument `index` of a call of `mutator` is a state argument.
+bool IsStateArgument(const FusedMutator& mutator, int index);
+
 }  // namespace torchlens
 
-#endif  // TORCHLENS_DISPATCH_FUSED_MUTATORS_H_
+#endif  // TORCHLENS_GRAPH_FUSED_MUTATORS_H_

@@ -1,4 +1,4 @@
-#include "torchlens_dispatch/fused_mutators.h"
+#include "graph/fused_mutators.h"
 
 namespace torchlens {
 namespace {
@@ -31,6 +31,13 @@ bool UpdatesState(const FusedMutator& mutator, c10::ArrayRef<c10::IValue> args) 
   if (mutator.update_flag_argument >= static_cast<int>(args.size())) return false;
   const c10::IValue& flag = args[mutator.update_flag_argument];
   return flag.isBool() && flag.toBool();
+}
+
+bool IsStateArgument(const FusedMutator& mutator, int index) {
+  for (int s = 0; s < mutator.num_state_arguments; ++s) {
+    if (mutator.state_arguments[s] == index) return true;
+  }
+  return false;
 }
 
 }  // namespace torchlens

@@ -1,0 +1,53 @@
+// Re-executing one captured op: the engine behind `ValidateForwardPass` and `Do`.
+//
+// NOTE [Replay never writes captured data]
+// A trace's saved tensors are capture truth, and forks share them with the original.
+// Replay therefore clones every tensor argument the op writes (arguments whose schema has
+// a write annotation, and the state arguments of fused mutators, graph/fused_mutators.h)
+// before the call; all other arguments are passed as they are, since an op that does not
+// declare a write does not write. The call runs with the capture key excluded, so a replay
+// made while a capture is active on the thread is not recorded.
+//
+// Ops that consume randomness run under the generator state saved at capture time
+// (`Op::rng_state`); the thread's generator state is restored afterwards.
+#ifndef TORCHLENS_VALIDATION_REPLAY_H_
+#define TORCHLENS_VALIDATION_REPLAY_H_
+
+#include <functional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include "absl/status/statusor.h"
+#include "graph/trace.h"
+
+namespace torchlens {
+
+struct ReplayResult {
+  std::vector<at::Tensor> outputs;  // every tensor return, in order (like Op::outs)
+  // For fused mutators that updated their state: the state arguments after the call,
+  // paired with the argument index (see NOTE [Fused buffer writes]).
+  std::vector<std::pair<int, at::Tensor>> state_after;
+};
+
+// The tensor to pass for one tensor argument of `op` (index in ForEachTensor order over
+// `op.creation_args`, its source, and the value saved at capture time).
+using ArgumentValue =
+    std::function<at::Tensor(int index, const ArgSource& source, const at::Tensor& saved)>;
+
+// `op.creation_args` with each tensor replaced by `value(...)`.
+std::vector<c10::IValue> ReplayArguments(const Op& op, const ArgumentValue& value);
+
+// Runs `op` on `args`. kFailedPrecondition when the trace holds no saved arguments;
+// kNotFound when the operator is not registered in this process; kInternal with the
+// op's message when it throws; kFailedPrecondition when the op consumes randomness and
+// no generator state was saved.
+absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> args);
+
+// Whether the op consumes randomness (tagged nondeterministic_seeded or takes a Generator).
+bool ConsumesRandomness(const Op& op);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_VALIDATION_REPLAY_H_

@@ -1,0 +1,412 @@
+#include "validation/validate.h"
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "graph/fused_mutators.h"
+#include "graph/ivalue_tensors.h"
+#include "torchlens_dispatch/capture_key.h"
+#include "validation/replay.h"
+
+namespace torchlens {
+namespace {
+
+// Arguments whose values cannot change an op's output: tensors it reads only for their
+// shape, dtype or device, and destinations it overwrites entirely. (Operator name, tensor
+// position in ForEachTensor order; -1 for every tensor argument.)
+struct ShapeOnlyArgument {
+  absl::string_view op;
+  int tensor_index;  // -1: every tensor argument
+};
+constexpr ShapeOnlyArgument kShapeOnlyArguments[] = {
+    {"aten::zeros_like", -1}, {"aten::ones_like", -1},  {"aten::empty_like", -1},
+    {"aten::full_like", -1},  {"aten::rand_like", -1},  {"aten::randn_like", -1},
+    {"aten::randint_like", -1}, {"aten::new_zeros", -1}, {"aten::new_ones", -1},
+    {"aten::new_empty", -1},  {"aten::new_full", -1},   {"aten::expand_as", 1},
+    {"aten::view_as", 1},     {"aten::reshape_as", 1},  {"aten::type_as", 1},
+    {"aten::copy_", 0},       {"aten::fill_", 0},       {"aten::zero_", 0},
+    {"aten::normal_", 0},     {"aten::uniform_", 0},    {"aten::random_", 0},
+    {"aten::exponential_", 0}, {"aten::cauchy_", 0},    {"aten::log_normal_", 0},
+    {"aten::geometric_", 0},
+};
+
+bool ShapeOnly(const Op& op, int tensor_index) {
+  for (const ShapeOnlyArgument& entry : kShapeOnlyArguments) {
+    if (entry.op == op.func_name && (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// nullopt when `actual` is bit-identical to `expected`; otherwise what differs.
+std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected) {
+  if (!actual.defined() || !expected.defined()) {
+    if (actual.defined() == expected.defined()) return std::nullopt;
+    return std::string(actual.defined() ? "expected no tensor" : "missing tensor");
+  }
+  if (actual.sizes() != expected.sizes()) {
+    return absl::StrCat("shape [", absl::StrJoin(actual.sizes(), ", "), "] instead of [",
+                        absl::StrJoin(expected.sizes(), ", "), "]");
+  }
+  if (actual.scalar_type() != expected.scalar_type()) {
+    return absl::StrCat("dtype ", c10::toString(actual.scalar_type()), " instead of ",
+                        c10::toString(expected.scalar_type()));
+  }
+  if (at::equal(actual, expected)) return std::nullopt;
+  if (actual.is_floating_point() || actual.is_complex()) {
+    const at::Tensor diff = (actual.to(at::kDouble) - expected.to(at::kDouble)).abs();
+    const at::Tensor finite = at::where(at::isnan(diff), at::zeros_like(diff), diff);
+    return absl::StrFormat("max abs difference %.6g%s", finite.max().item<double>(),
+                           at::isnan(diff).any().item<bool>() ? " (and NaN placement)" : "");
+  }
+  return absl::StrCat(
+      (actual != expected).sum().item<int64_t>(), " of ", actual.numel(), " elements differ");
+}
+
+// Perturbations of a saved value, strongest first; the op must react to one of them.
+std::vector<at::Tensor> Perturbations(const at::Tensor& value, at::Generator& generator) {
+  std::vector<at::Tensor> result;
+  if (value.scalar_type() == at::kBool) {
+    result.push_back(at::logical_not(value));
+  } else if (value.is_floating_point()) {
+    const double scale = value.abs().max().item<double>() + 1.0;
+    result.push_back(at::randn(value.sizes(), generator, value.options()) * (3.0 * scale));
+    result.push_back(-value - 1.0);
+    result.push_back(value + 1000.0 * scale);
+  } else if (value.is_complex()) {
+    result.push_back(-value - 1.0);
+  } else {
+    result.push_back(value + 1);
+    result.push_back(value - 1);
+    result.push_back(-value);
+  }
+  return result;
+}
+
+bool SameOutputs(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (Difference(a[i], b[i]).has_value()) return false;
+  }
+  return true;
+}
+
+class Validator {
+ public:
+  explicit Validator(const Trace& trace) : trace_(trace), generator_(at::make_generator<at::CPUGeneratorImpl>(20240601)) {
+    for (const Op& op : trace_.ops()) by_label_.emplace(op.label, &op);
+  }
+
+  ValidationReport Run() {
+    for (const Op& op : trace_.ops()) {
+      if (op.is_compute()) {
+        CheckOp(op);
+      } else if (op.is_output()) {
+        CheckOutput(op);
+      }
+    }
+    for (const Op& op : trace_.ops()) {
+      if (op.is_buffer) CheckBufferVersion(op);
+    }
+    CheckReachability();
+    report_.passed = report_.failures.empty();
+    return std::move(report_);
+  }
+
+ private:
+  const Op* Node(absl::string_view label) const {
+    auto it = by_label_.find(label);
+    return it == by_label_.end() ? nullptr : it->second;
+  }
+
+  void Fail(const Op& op, absl::string_view why) {
+    report_.failures.push_back(absl::StrCat(op.label, ": ", why));
+  }
+
+  // The saved tensors inside op.creation_args, in ForEachTensor order.
+  static std::vector<at::Tensor> SavedArguments(const Op& op) {
+    std::vector<at::Tensor> tensors;
+    for (const c10::IValue& arg : op.creation_args) {
+      ForEachTensor(arg, [&](const at::Tensor& t) { tensors.push_back(t); });
+    }
+    return tensors;
+  }
+
+  void CheckOp(const Op& op) {
+    ++report_.ops_checked;
+    // Edges: the parents are the argument sources, and each argument is its parent's value.
+    std::vector<std::string> from_arguments;
+    for (const ArgSource& source : op.arg_sources) {
+      if (source.kind == ArgSource::Kind::kNode &&
+          std::find(from_arguments.begin(), from_arguments.end(), source.name) ==
+              from_arguments.end()) {
+        from_arguments.push_back(source.name);
+      }
+    }
+    if (from_arguments != op.parents) {
+      Fail(op, absl::StrCat("wrong parents: the graph names [", absl::StrJoin(op.parents, ", "),
+                            "] but the arguments came from [",
+                            absl::StrJoin(from_arguments, ", "), "]"));
+    }
+    const std::vector<at::Tensor> saved = SavedArguments(op);
+    for (size_t i = 0; i < op.arg_sources.size() && i < saved.size(); ++i) {
+      const ArgSource& source = op.arg_sources[i];
+      if (source.kind != ArgSource::Kind::kNode) continue;
+      const Op* parent = Node(source.name);
+      if (parent == nullptr) {
+        Fail(op, absl::StrCat("wrong parent: argument ", i, " names unknown node ", source.name));
+        continue;
+      }
+      const at::Tensor parent_value =
+          source.output_index < static_cast<int>(parent->outs.size())
+              ? parent->outs[source.output_index]
+              : parent->out;
+      if (parent_value.defined() && saved[i].unsafeGetTensorImpl() == parent_value.unsafeGetTensorImpl()) {
+        continue;
+      }
+      if (std::optional<std::string> diff = Difference(saved[i], parent_value)) {
+        Fail(op, absl::StrCat("wrong parent: argument ", i, " is not the saved output of ",
+                              source.name, " (", *diff, ")"));
+      }
+    }
+
+    // Replay.
+    std::vector<c10::IValue> args = ReplayArguments(
+        op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
+    absl::StatusOr<ReplayResult> replay = ReplayOp(op, args);
+    if (!replay.ok()) {
+      Fail(op, replay.status().message());
+      return;
+    }
+    if (replay->outputs.size() != op.outs.size()) {
+      Fail(op, absl::StrCat("replay returned ", replay->outputs.size(), " tensors, the trace saved ",
+                            op.outs.size()));
+      return;
+    }
+    for (size_t k = 0; k < op.outs.size(); ++k) {
+      if (std::optional<std::string> diff = Difference(replay->outputs[k], op.outs[k])) {
+        Fail(op, absl::StrCat("value mismatch on output ", k, " (", *diff, ")"));
+      }
+    }
+    CheckFusedTransitions(op, *replay);
+    CheckPerturbations(op, replay->outputs);
+  }
+
+  // NOTE [Fused buffer writes]: the re-run from the previous version's state must produce
+  // the captured version.
+  void CheckFusedTransitions(const Op& op, const ReplayResult& replay) {
+    if (replay.state_after.empty()) return;
+    const FusedMutator* fused = FindFusedMutator(op.func_name);
+    // Tensor index (ForEachTensor order) of each argument position.
+    std::vector<int> first_tensor(op.creation_args.size(), -1);
+    int index = 0;
+    for (size_t a = 0; a < op.creation_args.size(); ++a) {
+      ForEachTensor(op.creation_args[a], [&](const at::Tensor&) {
+        if (first_tensor[a] < 0) first_tensor[a] = index;
+        ++index;
+      });
+    }
+    for (const auto& [argument, after] : replay.state_after) {
+      const int tensor_index = argument < static_cast<int>(first_tensor.size()) ? first_tensor[argument] : -1;
+      if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) continue;
+      const Op* previous = Node(op.arg_sources[tensor_index].name);
+      if (previous == nullptr || !previous->is_buffer) continue;  // not a registered buffer
+      const Op* version = nullptr;
+      for (const std::string& child : op.children) {
+        const Op* candidate = Node(child);
+        if (candidate != nullptr && candidate->is_buffer && candidate->address == previous->address &&
+            candidate->buffer_write_kind == WriteKind::kFused) {
+          version = candidate;
+        }
+      }
+      if (version == nullptr) {
+        Fail(op, absl::StrCat("updated ", previous->address, " (", fused ? fused->name : "",
+                              ") but the trace has no fused version for it"));
+        continue;
+      }
+      fused_checked_.insert(version);
+      if (std::optional<std::string> diff = Difference(after, version->out)) {
+        Fail(*version, absl::StrCat("fused write of ", version->address,
+                                    " differs from re-running ", op.label, " from ",
+                                    previous->label, " (", *diff, ")"));
+      }
+    }
+  }
+
+  void CheckPerturbations(const Op& op, const std::vector<at::Tensor>& outputs) {
+    const FusedMutator* fused = FindFusedMutator(op.func_name);
+    const std::vector<c10::IValue> plain = ReplayArguments(
+        op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
+    const bool updating = fused != nullptr && UpdatesState(*fused, plain);
+    // Tensor indexes that are fused state arguments.
+    absl::flat_hash_set<int> state_tensors;
+    if (updating) {
+      int index = 0;
+      for (size_t a = 0; a < op.creation_args.size(); ++a) {
+        ForEachTensor(op.creation_args[a], [&](const at::Tensor&) {
+          if (IsStateArgument(*fused, static_cast<int>(a))) state_tensors.insert(index);
+          ++index;
+        });
+      }
+    }
+    for (const std::string& parent : op.parents) {
+      // The tensor arguments that come from this parent and can matter.
+      std::vector<int> indexes;
+      for (int i = 0; i < static_cast<int>(op.arg_sources.size()); ++i) {
+        const ArgSource& source = op.arg_sources[i];
+        if (source.kind == ArgSource::Kind::kNode && source.name == parent &&
+            !ShapeOnly(op, i) && !state_tensors.contains(i)) {
+          indexes.push_back(i);
+        }
+      }
+      if (indexes.empty()) continue;
+      const std::vector<at::Tensor> saved = SavedArguments(op);
+      bool empty = true;
+      for (int i : indexes) empty = empty && (i >= static_cast<int>(saved.size()) || saved[i].numel() == 0);
+      if (empty) continue;
+      bool reacted = false;
+      for (size_t attempt = 0; attempt < 3 && !reacted; ++attempt) {
+        std::vector<c10::IValue> args = ReplayArguments(
+            op, [&](int index, const ArgSource&, const at::Tensor& value) {
+              if (std::find(indexes.begin(), indexes.end(), index) == indexes.end()) return value;
+              std::vector<at::Tensor> candidates = Perturbations(value, generator_);
+              return candidates[std::min(attempt, candidates.size() - 1)];
+            });
+        absl::StatusOr<ReplayResult> perturbed = ReplayOp(op, std::move(args));
+        // An op that rejects the perturbed value depends on it too.
+        reacted = !perturbed.ok() || !SameOutputs(perturbed->outputs, outputs);
+      }
+      if (reacted) {
+        ++report_.perturbations_checked;
+      } else {
+        Fail(op, absl::StrCat("perturbing parent ", parent, " does not change the output"));
+      }
+    }
+  }
+
+  void CheckOutput(const Op& op) {
+    ++report_.ops_checked;
+    if (op.parents.size() != 1) {
+      Fail(op, absl::StrCat("an output needs exactly one parent, has ", op.parents.size()));
+      return;
+    }
+    const Op* parent = Node(op.parents[0]);
+    if (parent == nullptr) {
+      Fail(op, absl::StrCat("wrong parent: unknown node ", op.parents[0]));
+      return;
+    }
+    std::vector<at::Tensor> candidates = parent->outs;
+    if (candidates.empty()) candidates.push_back(parent->out);
+    for (const at::Tensor& candidate : candidates) {
+      if (!Difference(op.out, candidate).has_value()) return;
+    }
+    Fail(op, absl::StrCat("wrong parent: the output is not a saved output of ", parent->label));
+  }
+
+  void CheckBufferVersion(const Op& version) {
+    auto buffer = trace_.buffers().find(version.address);
+    if (buffer == trace_.buffers().end()) {
+      Fail(version, absl::StrCat("names unknown buffer ", version.address));
+      return;
+    }
+    if (!version.buffer_write_kind.has_value()) {
+      ++report_.ops_checked;
+      if (std::optional<std::string> diff = Difference(version.out, buffer->second.initial_value)) {
+        Fail(version, absl::StrCat("a read of the initial value of ", version.address,
+                                   " differs from it (", *diff, ")"));
+      }
+      return;
+    }
+    if (fused_checked_.contains(&version)) {
+      ++report_.ops_checked;
+      return;
+    }
+    const Op* producer = version.parents.empty() ? nullptr : Node(version.parents[0]);
+    if (producer == nullptr) {
+      // A reassignment from outside the capture: nothing to compare with.
+      if (version.buffer_write_kind == WriteKind::kReassign) {
+        report_.state_transition_only.push_back(version.label);
+      } else {
+        Fail(version, "a write without a producer");
+      }
+      return;
+    }
+    std::vector<at::Tensor> candidates = producer->outs;
+    if (candidates.empty()) candidates.push_back(producer->out);
+    bool full_buffer = false;
+    for (const at::Tensor& candidate : candidates) {
+      if (!candidate.defined() || candidate.sizes() != version.out.sizes()) continue;
+      full_buffer = true;
+      if (!Difference(version.out, candidate).has_value()) {
+        ++report_.ops_checked;
+        return;
+      }
+    }
+    if (full_buffer && version.buffer_write_kind != WriteKind::kFused) {
+      Fail(version, absl::StrCat("the written value of ", version.address,
+                                 " is not the output of its producer ", producer->label, " (",
+                                 *Difference(version.out, candidates.front()), ")"));
+      return;
+    }
+    // The producer's output is only part of the buffer (a slice write), or a fused write
+    // made inside a kernel that is not a known fused mutator.
+    report_.state_transition_only.push_back(version.label);
+  }
+
+  void CheckReachability() {
+    std::vector<const Op*> frontier;
+    absl::flat_hash_set<const Op*> reached;
+    for (const Op& op : trace_.ops()) {
+      const bool sink = op.is_output() ||
+                        (op.is_buffer && op.buffer_write_kind.has_value()) ||
+                        (op.is_compute() && op.outs.empty());
+      if (sink && reached.insert(&op).second) frontier.push_back(&op);
+    }
+    while (!frontier.empty()) {
+      const Op* op = frontier.back();
+      frontier.pop_back();
+      for (const std::string& label : op->parents) {
+        const Op* parent = Node(label);
+        if (parent != nullptr && reached.insert(parent).second) frontier.push_back(parent);
+      }
+    }
+    for (const Op& op : trace_.ops()) {
+      if (!op.is_input() && !reached.contains(&op)) {
+        Fail(op, "unreachable: not an ancestor of any output or buffer write");
+      }
+    }
+  }
+
+  const Trace& trace_;
+  at::Generator generator_;
+  absl::flat_hash_map<absl::string_view, const Op*> by_label_;
+  absl::flat_hash_set<const Op*> fused_checked_;
+  ValidationReport report_;
+};
+
+}  // namespace
+
+absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace) {
+  if (!trace.has_saved_values()) {
+    return absl::FailedPreconditionError(
+        "the trace holds no saved values, so there is nothing to replay: capture with "
+        "CaptureOptions::save_activations = true (the default) to validate it");
+  }
+  c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
+  return Validator(trace).Run();
+}
+
+}  // namespace torchlens

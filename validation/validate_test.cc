@@ -1,0 +1,199 @@
+// ValidateForwardPass on every test model, and on copies of traces tampered with so that
+// validation must fail and name the tampered node.
+#include "validation/validate.h"
+
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testdata/testdata.h"
+#include "torchlens_dispatch/capture.h"
+
+namespace torchlens {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+Trace Capture(const std::string& name) {
+  torch::jit::Module model = testdata::LoadModel(name);
+  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected(name).inputs());
+  EXPECT_TRUE(trace.ok()) << trace.status();
+  return trace.ok() ? *std::move(trace) : Trace();
+}
+
+Op& Mutable(Trace& trace, const std::string& label) {
+  for (Op& op : trace.mutable_ops()) {
+    if (op.label == label) return op;
+  }
+  ADD_FAILURE() << "no " << label;
+  static Op missing;
+  return missing;
+}
+
+TEST(ValidateTest, EveryTestModelValidates) {
+  for (const char* name :
+       {"mlp", "convbn_train", "convbn_eval", "loop_reuse", "multi_output", "call_twice",
+        "inplace_after_read", "seed_recurrent", "recurrent_loop", "mul_add", "copy_into",
+        "slice_copy", "slice_assign", "read_only", "add_then_mul", "return_buffer",
+        "bn1d_train", "bn2d_train", "bn2d_eval", "instancenorm_train", "many_buffers",
+        "counter_cell", "causal_mask_bn", "demo", "bn_loop_train", "dropout_train"}) {
+    SCOPED_TRACE(name);
+    const Trace trace = Capture(name);
+    absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+    EXPECT_THAT(report->failures, IsEmpty());
+    // Every compute op, output and buffer version was checked.
+    EXPECT_EQ(report->ops_checked + static_cast<int>(report->state_transition_only.size()) +
+                  static_cast<int>(trace.input_labels().size()),
+              static_cast<int>(trace.ops().size()));
+  }
+}
+
+TEST(ValidateTest, SliceWritesAreStateTransitionOnly) {
+  const Trace trace = Capture("slice_copy");
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed);
+  EXPECT_THAT(report->state_transition_only, ElementsAre("buffer_1:2"));
+}
+
+TEST(ValidateTest, BatchNormFiveTimesInALoopValidatesEveryFusedTransition) {
+  const Trace trace = Capture("bn_loop_train");
+  const Buffer& mean = trace.buffers().at("bn.running_mean");
+  EXPECT_EQ(mean.num_overwrites, 5);
+  EXPECT_EQ(trace.buffers().at("bn.num_batches_tracked").num_overwrites, 5);
+  EXPECT_EQ(trace.buffers().at("bn.num_batches_tracked").final_value.item<int64_t>(), 5);
+  EXPECT_TRUE(at::allclose(trace.buffers().at("bn.running_var").final_value,
+                           testdata::Expected("bn_loop_train").buffer("bn.running_var")));
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  EXPECT_THAT(report->state_transition_only, IsEmpty());
+  for (int pass = 1; pass <= 5; ++pass) {
+    EXPECT_EQ((*trace.Find(absl::StrCat("batch_norm_1_2:", pass)))->pass, pass);
+  }
+}
+
+TEST(ValidateTest, DropoutReplaysUnderTheCapturedGeneratorState) {
+  const Trace trace = Capture("dropout_train");
+  const Op* dropout = *trace.Find("dropout_1_3:1");
+  EXPECT_TRUE(dropout->rng_state.defined());
+  // Some elements were dropped and the rest scaled by 2: the op did draw numbers.
+  const at::Tensor relu = (*trace.Find("relu_1_2:1"))->out;
+  EXPECT_TRUE(((dropout->out == 0) & (relu > 0)).any().item<bool>());
+  EXPECT_TRUE(at::allclose(dropout->out.masked_select(dropout->out != 0),
+                           2 * relu.masked_select(dropout->out != 0)));
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+}
+
+TEST(ValidateTest, TamperedOutputFails) {
+  Trace trace = Capture("mlp");
+  Op& relu = Mutable(trace, "relu_1_2:1");
+  relu.out = relu.out + 0.5;
+  relu.outs[0] = relu.out;
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->passed);
+  EXPECT_THAT(report->failures,
+              Contains(AllOf(StartsWith("relu_1_2:1: value mismatch"), HasSubstr("0.5"))));
+}
+
+TEST(ValidateTest, TamperedRunningStatVersionFails) {
+  Trace trace = Capture("bn2d_train");
+  const std::string label = (*trace.Find("bn.running_mean:2"))->label;
+  Op& version = Mutable(trace, label);
+  version.out = version.out * 2 + 1;
+  version.outs = {version.out};
+  trace.Relink();
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->passed);
+  EXPECT_THAT(report->failures, Contains(StartsWith(label + ": fused write of bn.running_mean")));
+}
+
+TEST(ValidateTest, TamperedParentEdgeFails) {
+  Trace trace = Capture("mlp");
+  Op& fc2 = Mutable(trace, "linear_2_3:1");
+  fc2.parents = {"linear_1_1:1"};
+  fc2.arg_sources[0].name = "linear_1_1:1";
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->passed);
+  EXPECT_THAT(report->failures,
+              Contains(StartsWith("linear_2_3:1: wrong parent: argument 0 is not the saved "
+                                  "output of linear_1_1:1")));
+  // relu no longer reaches an output.
+  EXPECT_THAT(report->failures, Contains(StartsWith("relu_1_2:1: unreachable")));
+}
+
+TEST(ValidateTest, ParentListThatDisagreesWithTheArgumentsFails) {
+  Trace trace = Capture("mlp");
+  Mutable(trace, "relu_1_2:1").parents = {"input_1"};
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(report->failures, Contains(StartsWith("relu_1_2:1: wrong parents")));
+}
+
+TEST(ValidateTest, UnsavedTraceCannotBeValidated) {
+  torch::jit::Module model = testdata::LoadModel("mlp");
+  CaptureOptions options;
+  options.save_activations = false;
+  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected("mlp").inputs(), options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("save_activations"));
+}
+
+struct DeadBranchImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor unused = x * 3;  // computed, never used
+    return torch::relu(x);
+  }
+};
+TORCH_MODULE(DeadBranch);
+
+TEST(ValidateTest, UnreachableOpFails) {
+  DeadBranch net;
+  const torch::Tensor x = torch::randn({4});
+  CaptureGuard guard(*net);
+  const torch::Tensor out = net->forward(x);
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(report->failures, ElementsAre(StartsWith("mul_1_1:1: unreachable")));
+}
+
+TEST(ValidateTest, OpThatIgnoresAParentFailsThePerturbationCheck) {
+  // y = x * 0 + z: x is a parent of mul, but perturbing it does not change mul's output.
+  struct IgnoreImpl : torch::nn::Module {
+    torch::Tensor forward(torch::Tensor x) { return x.mul(torch::zeros({3})); }
+  };
+  auto net = std::make_shared<IgnoreImpl>();
+  const torch::Tensor x = torch::randn({3});
+  CaptureGuard guard(*net);
+  const torch::Tensor out = net->forward(x);
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(report->failures,
+              Contains(HasSubstr("perturbing parent input_1 does not change the output")));
+}
+
+}  // namespace
+}  // namespace torchlens
