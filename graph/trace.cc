@@ -137,6 +137,11 @@ void Trace::Relink() {
   for (auto& [address, buffer] : buffers_) {
     std::stable_sort(buffer.versions.begin(), buffer.versions.end(),
                      [](const Op* a, const Op* b) { return a->buffer_pass < b->buffer_pass; });
+    // A read version holds the initial value (an intervention may have edited it).
+    if (!buffer.versions.empty() && !buffer.versions.front()->buffer_write_kind.has_value() &&
+        buffer.versions.front()->out.defined()) {
+      buffer.initial_value = buffer.versions.front()->out;
+    }
     if (buffer.versions.empty()) {
       buffer.final_value = buffer.initial_value;
     } else if (buffer.versions.back()->out.defined()) {

@@ -8,13 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "graph/label.h"
 
 namespace torchlens {
 
 const char kUsage[] =
     "usage: torchlens [--model FILE.pt] [--input_shape 1,3,224,224[;...] | --input FILE]\n"
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
-    "                 [--validate]\n"
+    "                 [--validate] [--edit LABEL=VALUE ...]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
     "buffers. Without --model it traces the bundled demo model (testdata/demo.pt).\n"
@@ -27,7 +28,9 @@ const char kUsage[] =
     "  --no_save           capture without saving activations\n"
     "  --summary FILE      write the summary to FILE instead of stdout\n"
     "  --validate          replay the trace and print the verdict and any failures\n"
-    "                      (exit code 1 when validation fails)\n";
+    "                      (exit code 1 when validation fails)\n"
+    "  --edit LABEL=VALUE  set that node to VALUE (every element), replay what depends\n"
+    "                      on it, and print the outputs that changed (repeatable)\n";
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text) {
   if (text.empty()) {
@@ -59,6 +62,25 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_
     shapes.push_back(std::move(shape));
   }
   return shapes;
+}
+
+absl::StatusOr<EditFlag> ParseEdit(absl::string_view text) {
+  const size_t eq = text.rfind('=');
+  if (eq == absl::string_view::npos || eq == 0 || eq + 1 == text.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--edit \"", text, "\": expected LABEL=VALUE, e.g. relu_1_2:1=5"));
+  }
+  EditFlag edit;
+  edit.label = std::string(text.substr(0, eq));
+  absl::string_view value = absl::StripAsciiWhitespace(text.substr(eq + 1));
+  if (!absl::SimpleAtod(value, &edit.value)) {
+    return absl::InvalidArgumentError(absl::StrCat("--edit \"", text, "\": \"", value,
+                                                   "\" is not a number"));
+  }
+  if (absl::StatusOr<ParsedKey> key = ParseKey(edit.label); !key.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--edit \"", text, "\": ", key.status().message()));
+  }
+  return edit;
 }
 
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args) {
@@ -98,7 +120,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       if (absl::Status s = no_value(); !s.ok()) return s;
       options.validate = true;
     } else if (name == "model" || name == "input" || name == "summary" ||
-               name == "input_shape" || name == "mode" || name == "seed") {
+               name == "input_shape" || name == "mode" || name == "seed" || name == "edit") {
       absl::StatusOr<std::string> v = take_value();
       if (!v.ok()) return v.status();
       if (name == "model") {
@@ -107,6 +129,10 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
         options.input_file = *v;
       } else if (name == "summary") {
         options.summary_file = *v;
+      } else if (name == "edit") {
+        absl::StatusOr<EditFlag> edit = ParseEdit(*v);
+        if (!edit.ok()) return edit.status();
+        options.edits.push_back(*std::move(edit));
       } else if (name == "input_shape") {
         absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ParseInputShapes(*v);
         if (!shapes.ok()) return shapes.status();
@@ -125,8 +151,10 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
           absl::StrCat("unknown flag --", name, "; run with --help for the flags"));
     }
   }
-  if (options.validate && !options.save_activations) {
-    return absl::InvalidArgumentError("--validate needs saved values; drop --no_save");
+  if ((options.validate || !options.edits.empty()) && !options.save_activations) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.validate ? "--validate" : "--edit",
+                     " needs saved values; drop --no_save"));
   }
   if (!options.input_shapes.empty() && !options.input_file.empty()) {
     return absl::InvalidArgumentError("give --input_shape or --input, not both");

@@ -12,6 +12,12 @@
 
 namespace torchlens {
 
+// One --edit LABEL=VALUE: the node's value replaced by VALUE in every element.
+struct EditFlag {
+  std::string label;
+  double value = 0.0;
+};
+
 struct CliOptions {
   bool help = false;
   std::string model;  // empty: the bundled demo model
@@ -22,14 +28,19 @@ struct CliOptions {
   bool save_activations = true;
   std::string summary_file;  // empty: stdout
   bool validate = false;
+  std::vector<EditFlag> edits;
 };
 
 // "1,3,224,224" or several inputs separated by ';': "1,16;1,4". Dimensions are
 // non-negative integers; a shape may hold at most 2^31 elements.
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text);
 
+// "relu_1_2:1=5", "bn.running_mean:1=-0.5": the label (any key Trace::Find accepts) and a
+// decimal value, split at the last '='.
+absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
+
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
-// --summary, --validate, --help; each as "--flag=value" or "--flag value".
+// --summary, --validate, --edit (repeatable), --help; each as "--flag=value" or "--flag value".
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);
 
 extern const char kUsage[];

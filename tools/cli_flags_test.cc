@@ -27,6 +27,23 @@ TEST(ParseInputShapes, RejectsBadShapes) {
   }
 }
 
+TEST(ParseEdit, LabelAndValue) {
+  absl::StatusOr<EditFlag> edit = ParseEdit("relu_1_2:1=5");
+  ASSERT_TRUE(edit.ok()) << edit.status();
+  EXPECT_EQ(edit->label, "relu_1_2:1");
+  EXPECT_EQ(edit->value, 5.0);
+  edit = ParseEdit("bn.running_mean:1=-0.25");
+  ASSERT_TRUE(edit.ok()) << edit.status();
+  EXPECT_EQ(edit->label, "bn.running_mean:1");
+  EXPECT_EQ(edit->value, -0.25);
+}
+
+TEST(ParseEdit, RejectsBadEdits) {
+  for (const char* bad : {"", "=", "relu=", "=5", "relu_1_2:1=x", "relu 1=2", "a:0=1"}) {
+    EXPECT_EQ(ParseEdit(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ParseCommandLine, FlagsWithAndWithoutEquals) {
   absl::StatusOr<CliOptions> options = ParseCommandLine(
       {"--model=m.pt", "--input_shape", "2,3", "--mode", "train", "--seed=5", "--no_save"});

@@ -307,6 +307,17 @@ class DropoutNet(nn.Module):
         return self.drop(torch.relu(self.fc(x)))
 
 
+class InplaceActivation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.lin(x))
+        h.add_(1.0)
+        return h * 2.0
+
+
 class ConvBlock(nn.Module):
     def __init__(self, channels):
         super().__init__()
@@ -381,6 +392,7 @@ def models():
         "demo": (Demo, [rand(1, 3, 16, 16)], False),
         "bn_loop_train": (BnLoop, [rand(4, 3)], True),
         "dropout_train": (DropoutNet, [rand(3, 6)], True),
+        "inplace_activation": (InplaceActivation, [rand(1, 3)], False),
     }
 
 

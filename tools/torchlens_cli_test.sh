@@ -36,6 +36,14 @@ grep -qE "buffer block1.bn.running_mean \(fused\)" "$TEST_TMPDIR/s.txt" || fail 
 grep -q "^Validation: PASSED" "$TEST_TMPDIR/v.txt" || fail "--validate lacks the PASSED verdict"
 expect_error "validate without values" "needs saved values" --validate --no_save
 
+# --edit: the changed outputs.
+"$TOOL" --edit "log_softmax_1_13:1=-2.5" >"$TEST_TMPDIR/e.txt" 2>"$TEST_TMPDIR/err" || fail "--edit failed: $(cat "$TEST_TMPDIR/err")"
+grep -q "output_1: changed" "$TEST_TMPDIR/e.txt" || fail "--edit lacks the changed output"
+grep -qF -- "-2.5, -2.5" "$TEST_TMPDIR/e.txt" || fail "--edit lacks the new values"
+expect_error "edit of an unknown label" "not found" --edit "nope_1_1:1=3"
+expect_error "malformed edit" "LABEL=VALUE" --edit "relu_1_5:1"
+expect_error "edit value" "not a number" --edit "relu_1_5:1=abc"
+
 # Several inputs for a model that takes one: the model's own error, one line.
 expect_error "wrong input count" "forward failed" --model testdata/demo.pt --input_shape "1,3,16,16;1,3"
 expect_error "wrong input shape" "forward failed" --model testdata/demo.pt --input_shape 1,2

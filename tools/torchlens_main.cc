@@ -17,10 +17,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "graph/summary.h"
 #include "tools/cli_flags.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
+#include "validation/intervene.h"
 #include "validation/validate.h"
 
 namespace torchlens {
@@ -74,6 +76,46 @@ absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
         "; expected a tensor or a list/tuple of tensors saved with torch.save"));
   }
   return inputs;
+}
+
+std::string Values(const at::Tensor& t) {
+  if (t.numel() > 16) return absl::StrCat("[", t.numel(), " values]");
+  std::vector<std::string> values;
+  const at::Tensor flat = t.reshape({-1}).to(at::kDouble);
+  for (int64_t i = 0; i < flat.numel(); ++i) values.push_back(absl::StrCat(flat[i].item<double>()));
+  return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
+}
+
+// Runs the --edit interventions and describes how the outputs changed.
+absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<EditFlag>& flags) {
+  std::vector<Edit> edits;
+  for (const EditFlag& flag : flags) {
+    absl::StatusOr<const Op*> node = trace.Find(flag.label);
+    if (!node.ok()) return node.status();
+    if (!(*node)->out.defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("--edit ", flag.label, ": no saved value"));
+    }
+    edits.push_back(Edit{flag.label, at::full_like((*node)->out, flag.value)});
+  }
+  absl::StatusOr<DoResult> result = Do(trace, std::move(edits));
+  if (!result.ok()) return result.status();
+  std::string out = absl::StrCat("\nIntervention: ", result->reexecuted.size(),
+                                 " nodes re-executed\n");
+  for (const Diagnostic& warning : result->warnings) {
+    absl::StrAppend(&out, "  warning: ", warning.message, "\n");
+  }
+  for (const std::string& label : trace.output_labels()) {
+    const at::Tensor before = (*trace.Find(label))->out;
+    const at::Tensor after = (*result->trace.Find(label))->out;
+    if (at::equal(before, after)) {
+      absl::StrAppend(&out, "  ", label, ": unchanged\n");
+    } else {
+      const double change = (after.to(at::kDouble) - before.to(at::kDouble)).abs().max().item<double>();
+      absl::StrAppend(&out, "  ", label, ": changed (max abs change ", change, ") ",
+                      Values(before), " -> ", Values(after), "\n");
+    }
+  }
+  return out;
 }
 
 // Exit code 1: the tool worked, the trace did not validate.
@@ -131,6 +173,11 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
       absl::StrAppend(&summary, "  FAIL ", failure, "\n");
     }
     if (!report->passed) *exit_code = kValidationFailed;
+  }
+  if (!options->edits.empty()) {
+    absl::StatusOr<std::string> changes = ApplyEdits(*trace, options->edits);
+    if (!changes.ok()) return changes.status();
+    absl::StrAppend(&summary, *changes);
   }
   if (options->summary_file.empty()) {
     std::cout << summary;
