@@ -15,7 +15,8 @@ namespace torchlens {
 const char kUsage[] =
     "usage: torchlens [--model FILE.pt] [--input_shape 1,3,224,224[;...] | --input FILE]\n"
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
-    "                 [--validate] [--edit LABEL=VALUE ...]\n"
+    "                 [--validate] [--edit LABEL=VALUE ...] [--render FILE.svg|png|pdf]\n"
+    "                 [--show_buffers never|meaningful|always] [--json FILE] [--save FILE]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
     "buffers. Without --model it traces the bundled demo model (testdata/demo.pt).\n"
@@ -30,7 +31,12 @@ const char kUsage[] =
     "  --validate          replay the trace and print the verdict and any failures\n"
     "                      (exit code 1 when validation fails)\n"
     "  --edit LABEL=VALUE  set that node to VALUE (every element), replay what depends\n"
-    "                      on it, and print the outputs that changed (repeatable)\n";
+    "                      on it, and print the outputs that changed (repeatable)\n"
+    "  --render FILE       draw the graph (SVG, PNG or PDF by extension)\n"
+    "  --show_buffers S    buffers drawn: never, meaningful (default: hides BatchNorm\n"
+    "                      running statistics and counters) or always\n"
+    "  --json FILE         write the trace's metadata as JSON\n"
+    "  --save FILE         write a trace file (torch.load reads it in Python)\n";
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text) {
   if (text.empty()) {
@@ -120,7 +126,8 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       if (absl::Status s = no_value(); !s.ok()) return s;
       options.validate = true;
     } else if (name == "model" || name == "input" || name == "summary" ||
-               name == "input_shape" || name == "mode" || name == "seed" || name == "edit") {
+               name == "input_shape" || name == "mode" || name == "seed" || name == "edit" ||
+               name == "render" || name == "show_buffers" || name == "json" || name == "save") {
       absl::StatusOr<std::string> v = take_value();
       if (!v.ok()) return v.status();
       if (name == "model") {
@@ -129,6 +136,18 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
         options.input_file = *v;
       } else if (name == "summary") {
         options.summary_file = *v;
+      } else if (name == "render") {
+        options.render_file = *v;
+      } else if (name == "json") {
+        options.json_file = *v;
+      } else if (name == "save") {
+        options.save_file = *v;
+      } else if (name == "show_buffers") {
+        if (*v != "never" && *v != "meaningful" && *v != "always") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--show_buffers \"", *v, "\": expected never, meaningful or always"));
+        }
+        options.show_buffers = *v;
       } else if (name == "edit") {
         absl::StatusOr<EditFlag> edit = ParseEdit(*v);
         if (!edit.ok()) return edit.status();

@@ -29,6 +29,10 @@ struct CliOptions {
   std::string summary_file;  // empty: stdout
   bool validate = false;
   std::vector<EditFlag> edits;
+  std::string render_file;  // .svg, .png or .pdf
+  std::string show_buffers = "meaningful";  // never | meaningful | always
+  std::string json_file;
+  std::string save_file;
 };
 
 // "1,3,224,224" or several inputs separated by ';': "1,16;1,4". Dimensions are
@@ -40,7 +44,8 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_
 absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
 
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
-// --summary, --validate, --edit (repeatable), --help; each as "--flag=value" or "--flag value".
+// --summary, --validate, --edit (repeatable), --render, --show_buffers, --json, --save,
+// --help; each as "--flag=value" or "--flag value".
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);
 
 extern const char kUsage[];

@@ -18,7 +18,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/json_export.h"
+#include "graph/render.h"
 #include "graph/summary.h"
+#include "graph/trace_file.h"
 #include "tools/cli_flags.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
@@ -178,6 +181,24 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
     absl::StatusOr<std::string> changes = ApplyEdits(*trace, options->edits);
     if (!changes.ok()) return changes.status();
     absl::StrAppend(&summary, *changes);
+  }
+  if (!options->render_file.empty()) {
+    RenderOptions render;
+    render.show_buffers = options->show_buffers == "never"    ? ShowBuffers::kNever
+                          : options->show_buffers == "always" ? ShowBuffers::kAlways
+                                                              : ShowBuffers::kMeaningful;
+    if (absl::Status s = RenderToFile(*trace, UserPath(options->render_file), render); !s.ok()) {
+      return s;
+    }
+    absl::StrAppend(&summary, "\nGraph written to ", options->render_file, "\n");
+  }
+  if (!options->json_file.empty()) {
+    if (absl::Status s = WriteJson(*trace, UserPath(options->json_file)); !s.ok()) return s;
+    absl::StrAppend(&summary, "JSON written to ", options->json_file, "\n");
+  }
+  if (!options->save_file.empty()) {
+    if (absl::Status s = SaveTrace(*trace, UserPath(options->save_file)); !s.ok()) return s;
+    absl::StrAppend(&summary, "Trace file written to ", options->save_file, "\n");
   }
   if (options->summary_file.empty()) {
     std::cout << summary;

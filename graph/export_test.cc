@@ -1,0 +1,175 @@
+// JSON export and trace files: round trips, and clear errors for bad files.
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "graph/ivalue_tensors.h"
+#include "graph/json_export.h"
+#include "graph/trace_file.h"
+#include "gtest/gtest.h"
+#include "testdata/testdata.h"
+#include "torchlens_dispatch/capture.h"
+#include "validation/validate.h"
+
+namespace torchlens {
+namespace {
+
+using ::testing::HasSubstr;
+
+Trace Capture(const std::string& name) {
+  torch::jit::Module model = testdata::LoadModel(name);
+  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected(name).inputs());
+  EXPECT_TRUE(trace.ok()) << trace.status();
+  return trace.ok() ? *std::move(trace) : Trace();
+}
+
+bool BitIdentical(const at::Tensor& a, const at::Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  return !a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+                          at::equal(a, b));
+}
+
+std::vector<at::Tensor> ArgTensors(const Op& op) {
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue& arg : op.creation_args) {
+    ForEachTensor(arg, [&](const at::Tensor& t) { tensors.push_back(t); });
+  }
+  return tensors;
+}
+
+std::string Temp(const std::string& name) { return absl::StrCat(testing::TempDir(), "/", name); }
+
+TEST(TraceFileTest, RoundTripGivesAnEqualTrace) {
+  for (const char* name : {"convbn_train", "seed_recurrent", "slice_copy", "dropout_train",
+                           "multi_output", "counter_cell"}) {
+    SCOPED_TRACE(name);
+    const Trace trace = Capture(name);
+    const std::string path = Temp(absl::StrCat(name, ".trace.pt"));
+    ASSERT_TRUE(SaveTrace(trace, path).ok());
+    absl::StatusOr<Trace> loaded = LoadTrace(path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_EQ(loaded->ops().size(), trace.ops().size());
+    for (size_t i = 0; i < trace.ops().size(); ++i) {
+      const Op& a = trace.ops()[i];
+      const Op& b = loaded->ops()[i];
+      EXPECT_EQ(a.label, b.label);
+      EXPECT_EQ(a.type, b.type);
+      EXPECT_EQ(a.func_name, b.func_name);
+      EXPECT_EQ(a.overload_name, b.overload_name);
+      EXPECT_EQ(a.parents, b.parents);
+      EXPECT_EQ(a.children, b.children);
+      EXPECT_EQ(a.module_address, b.module_address);
+      EXPECT_EQ(a.buffer_write_kind, b.buffer_write_kind);
+      EXPECT_EQ(a.buffer_value_changed, b.buffer_value_changed);
+      EXPECT_EQ(a.tensor_shape, b.tensor_shape);
+      EXPECT_EQ(a.parent_params, b.parent_params);
+      EXPECT_TRUE(BitIdentical(a.out, b.out)) << a.label;
+      EXPECT_TRUE(BitIdentical(a.rng_state, b.rng_state)) << a.label;
+      ASSERT_EQ(a.outs.size(), b.outs.size());
+      for (size_t k = 0; k < a.outs.size(); ++k) EXPECT_TRUE(BitIdentical(a.outs[k], b.outs[k]));
+      const std::vector<at::Tensor> args_a = ArgTensors(a);
+      const std::vector<at::Tensor> args_b = ArgTensors(b);
+      ASSERT_EQ(args_a.size(), args_b.size()) << a.label;
+      for (size_t k = 0; k < args_a.size(); ++k) EXPECT_TRUE(BitIdentical(args_a[k], args_b[k]));
+    }
+    ASSERT_EQ(loaded->buffers().size(), trace.buffers().size());
+    for (const auto& [address, buffer] : trace.buffers()) {
+      const Buffer& other = loaded->buffers().at(address);
+      EXPECT_EQ(other.versions.size(), buffer.versions.size());
+      EXPECT_EQ(other.num_overwrites, buffer.num_overwrites);
+      EXPECT_TRUE(BitIdentical(other.initial_value, buffer.initial_value));
+      EXPECT_TRUE(BitIdentical(other.final_value, buffer.final_value));
+    }
+    EXPECT_EQ(loaded->modules().size(), trace.modules().size());
+    EXPECT_EQ(loaded->params().size(), trace.params().size());
+    // A loaded trace is as good as the captured one: it replays.
+    absl::StatusOr<ValidationReport> report = ValidateForwardPass(*loaded);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  }
+}
+
+TEST(TraceFileTest, BadFilesGiveClearErrors) {
+  EXPECT_EQ(LoadTrace(Temp("missing.pt")).status().code(), absl::StatusCode::kNotFound);
+
+  const Trace trace = Capture("mlp");
+  const std::string path = Temp("mlp.trace.pt");
+  ASSERT_TRUE(SaveTrace(trace, path).ok());
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t cut : {size_t{0}, size_t{10}, bytes.size() / 4, bytes.size() / 2,
+                     bytes.size() * 3 / 4, bytes.size() - 100}) {
+    std::vector<char> truncated(bytes.begin(), bytes.begin() + cut);
+    absl::StatusOr<Trace> parsed = ParseTraceFile(truncated);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << cut;
+  }
+  std::vector<char> corrupt = bytes;
+  for (size_t i = 100; i < corrupt.size(); i += 97) corrupt[i] ^= 0x5a;
+  EXPECT_FALSE(ParseTraceFile(corrupt).ok());
+
+  // A torch.save'd tensor, and a dict that is not a trace.
+  std::ifstream tensor_file("testdata/demo_input.pt", std::ios::binary);
+  std::vector<char> tensor_bytes((std::istreambuf_iterator<char>(tensor_file)),
+                                 std::istreambuf_iterator<char>());
+  absl::StatusOr<Trace> tensor = ParseTraceFile(tensor_bytes);
+  EXPECT_EQ(tensor.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(tensor.status().message()), HasSubstr("not a dict"));
+
+  c10::impl::GenericDict other(c10::StringType::get(), c10::AnyType::get());
+  other.insert("format", std::string("torchlens.trace"));
+  other.insert("version", int64_t{2});
+  absl::StatusOr<Trace> newer = ParseTraceFile(torch::jit::pickle_save(other));
+  EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(newer.status().message()), HasSubstr("version 2"));
+  other.insert_or_assign("version", int64_t{1});
+  absl::StatusOr<Trace> incomplete = ParseTraceFile(torch::jit::pickle_save(other));
+  EXPECT_EQ(incomplete.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(incomplete.status().message()), HasSubstr("has no \"training\""));
+}
+
+TEST(JsonExportTest, MetadataWithAVersionedSchema) {
+  const Trace trace = Capture("bn2d_train");
+  const nlohmann::json json = nlohmann::json::parse(TraceToJson(trace));
+  EXPECT_EQ(json["schema"], "torchlens.trace.json");
+  EXPECT_EQ(json["version"], 1);
+  EXPECT_EQ(json["training"], true);
+  ASSERT_EQ(json["ops"].size(), trace.ops().size());
+  nlohmann::json bn;
+  for (const nlohmann::json& op : json["ops"]) {
+    if (op["label"] == "batch_norm_1_2:1") bn = op;
+  }
+  ASSERT_FALSE(bn.is_null());
+  EXPECT_EQ(bn["module_address"], "bn");
+  EXPECT_EQ(bn["parent_params"], nlohmann::json({"bn.weight", "bn.bias"}));
+  bool found_fused = false;
+  for (const nlohmann::json& op : json["ops"]) {
+    if (op["is_buffer"] == true && op["address"] == "bn.running_mean" && op["buffer_pass"] == 2) {
+      EXPECT_EQ(op["buffer_write_kind"], "fused");
+      EXPECT_EQ(op["buffer_value_changed"], true);
+      EXPECT_EQ(op["parents"], nlohmann::json({"batch_norm_1_2:1"}));
+      found_fused = true;
+    }
+  }
+  EXPECT_TRUE(found_fused);
+  bool found_buffer = false;
+  for (const nlohmann::json& buffer : json["buffers"]) {
+    if (buffer["address"] == "bn.running_var") {
+      EXPECT_EQ(buffer["num_overwrites"], 1);
+      EXPECT_EQ(buffer["versions"].size(), 2u);
+      EXPECT_EQ(buffer["shape"], nlohmann::json({2}));
+      found_buffer = true;
+    }
+  }
+  EXPECT_TRUE(found_buffer);
+  EXPECT_EQ(json["capture_stats"]["user_ops"], trace.capture_stats().user_ops);
+}
+
+}  // namespace
+}  // namespace torchlens

@@ -1,0 +1,119 @@
+#include "graph/json_export.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace torchlens {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json Optional(const std::optional<bool>& value) { return value ? Json(*value) : Json(nullptr); }
+
+const char* SourceKind(ArgSource::Kind kind) {
+  switch (kind) {
+    case ArgSource::Kind::kNode:
+      return "node";
+    case ArgSource::Kind::kParam:
+      return "param";
+    case ArgSource::Kind::kConstant:
+      return "constant";
+    case ArgSource::Kind::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+}  // namespace
+
+std::string TraceToJson(const Trace& trace) {
+  Json root;
+  root["schema"] = kJsonSchema;
+  root["version"] = kJsonSchemaVersion;
+  root["training"] = trace.training();
+  root["has_saved_values"] = trace.has_saved_values();
+  Json& ops = root["ops"] = Json::array();
+  for (const Op& op : trace.ops()) {
+    Json node;
+    node["label"] = op.label;
+    node["type"] = op.type;
+    node["func_name"] = op.func_name;
+    node["overload_name"] = op.overload_name;
+    node["pass"] = op.pass;
+    node["layer_type_index"] = op.layer_type_index;
+    node["layer_step_index"] = op.layer_step_index;
+    node["module_address"] = op.module_address;
+    node["parents"] = op.parents;
+    node["children"] = op.children;
+    node["parent_params"] = op.parent_params;
+    node["tensor_shape"] = op.tensor_shape;
+    node["tensor_dtype"] = op.tensor_dtype;
+    node["is_buffer"] = op.is_buffer;
+    node["address"] = op.address;
+    node["buffer_pass"] = op.buffer_pass;
+    node["buffer_write_kind"] =
+        op.buffer_write_kind ? Json(std::string(WriteKindName(*op.buffer_write_kind))) : Json(nullptr);
+    node["buffer_value_changed"] = Optional(op.buffer_value_changed);
+    Json& sources = node["arg_sources"] = Json::array();
+    for (const ArgSource& source : op.arg_sources) {
+      sources.push_back(
+          {{"kind", SourceKind(source.kind)}, {"name", source.name}, {"output_index", source.output_index}});
+    }
+    ops.push_back(std::move(node));
+  }
+  Json& buffers = root["buffers"] = Json::array();
+  for (const auto& [address, buffer] : trace.buffers()) {
+    Json entry;
+    entry["address"] = address;
+    entry["module_address"] = buffer.module_address;
+    Json& versions = entry["versions"] = Json::array();
+    for (const Op* version : buffer.versions) versions.push_back(version->label);
+    entry["num_overwrites"] = buffer.num_overwrites;
+    entry["shape"] = buffer.initial_value.defined() ? Json(buffer.initial_value.sizes().vec()) : Json::array();
+    entry["dtype"] = buffer.initial_value.defined() ? c10::toString(buffer.initial_value.scalar_type()) : "";
+    buffers.push_back(std::move(entry));
+  }
+  Json& modules = root["modules"] = Json::array();
+  for (const auto& [address, module] : trace.modules()) {
+    modules.push_back({{"address", address},
+                       {"type_name", module.type_name},
+                       {"buffers", module.buffers},
+                       {"params", module.params}});
+  }
+  Json& params = root["params"] = Json::array();
+  for (const auto& [address, param] : trace.params()) {
+    params.push_back(
+        {{"address", address}, {"shape", param.shape}, {"module_address", param.module_address}});
+  }
+  Json& diagnostics = root["diagnostics"] = Json::array();
+  for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {
+    diagnostics.push_back({{"address", diagnostic.address}, {"message", diagnostic.message}});
+  }
+  const CaptureStats& stats = trace.capture_stats();
+  root["capture_stats"] = {{"user_ops", stats.user_ops},
+                           {"nested_ops", stats.nested_ops},
+                           {"buffer_slot_reads", stats.buffer_slot_reads},
+                           {"copy_on_write_clones", stats.copy_on_write_clones},
+                           {"marked_sites", stats.marked_sites},
+                           {"interpreter_sites", stats.interpreter_sites}};
+  return root.dump(2);
+}
+
+absl::Status WriteJson(const Trace& trace, const std::string& path) {
+  std::ofstream out(path);
+  if (!out.good()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write JSON to '", path, "': ", std::strerror(errno)));
+  }
+  out << TraceToJson(trace) << "\n";
+  out.close();
+  if (!out.good()) return absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
+  return absl::OkStatus();
+}
+
+}  // namespace torchlens

@@ -1,0 +1,215 @@
+#include "graph/render.h"
+
+#include <graphviz/cgraph.h>
+#include <graphviz/gvc.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "graph/summary.h"
+
+namespace torchlens {
+namespace {
+
+// BatchNorm / InstanceNorm bookkeeping, hidden by ShowBuffers::kMeaningful.
+bool Bookkeeping(absl::string_view address) {
+  const absl::string_view name = address.substr(address.rfind('.') + 1);
+  return name == "running_mean" || name == "running_var" || name == "num_batches_tracked";
+}
+
+std::string Quote(absl::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+std::string NodeId(size_t index) { return absl::StrCat("n", index); }
+
+// Modules as a tree of clusters: address -> nodes directly in it.
+struct Cluster {
+  std::vector<std::string> statements;
+  std::set<std::string> children;
+};
+
+}  // namespace
+
+bool BufferShown(const Op& op, ShowBuffers show) {
+  if (!op.is_buffer) return true;
+  switch (show) {
+    case ShowBuffers::kNever:
+      return false;
+    case ShowBuffers::kMeaningful:
+      return !Bookkeeping(op.address);
+    case ShowBuffers::kAlways:
+      return true;
+  }
+  return true;
+}
+
+std::string RenderDot(const Trace& trace, RenderOptions options) {
+  const std::vector<Op>& ops = trace.ops();
+  absl::flat_hash_map<absl::string_view, size_t> index_of;
+  for (size_t i = 0; i < ops.size(); ++i) index_of.emplace(ops[i].label, i);
+  auto shown = [&](const Op& op) { return BufferShown(op, options.show_buffers); };
+
+  std::map<std::string, Cluster> clusters;  // "" is the top level
+  clusters[""];
+  auto cluster_of = [&](const std::string& address) -> Cluster& {
+    // Make sure every ancestor cluster exists and lists its child.
+    std::string parent;
+    for (absl::string_view part : absl::StrSplit(address, '.', absl::SkipEmpty())) {
+      const std::string child = parent.empty() ? std::string(part) : absl::StrCat(parent, ".", part);
+      clusters[parent].children.insert(child);
+      clusters[child];
+      parent = child;
+    }
+    return clusters[address];
+  };
+
+  std::vector<std::string> edges;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    if (!shown(op)) continue;
+    std::vector<std::string> attributes;
+    std::vector<std::string> hidden;
+    std::string text;
+    if (op.is_buffer) {
+      text = absl::StrCat(op.address, ":", op.buffer_pass, "\n",
+                          op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read",
+                          " ", FormatShape(op.tensor_shape));
+      attributes = {"shape=cylinder", "style=filled", "fillcolor=\"#f5e6c8\""};
+    } else {
+      text = absl::StrCat(op.label, "\n", op.type, " ", FormatShape(op.tensor_shape));
+      if (!op.module_address.empty()) absl::StrAppend(&text, "\n@", op.module_address);
+      if (!op.parent_params.empty()) {
+        std::vector<std::string> params;
+        for (const std::string& address : op.parent_params) {
+          auto it = trace.params().find(address);
+          params.push_back(it == trace.params().end()
+                               ? address
+                               : absl::StrCat(address.substr(address.rfind('.') + 1), " ",
+                                              FormatShape(it->second.shape)));
+        }
+        absl::StrAppend(&text, "\nparams: ", absl::StrJoin(params, ", "));
+      }
+      if (op.is_input()) {
+        attributes = {"shape=oval", "style=filled", "fillcolor=\"#c8f0c8\""};
+      } else if (op.is_output()) {
+        attributes = {"shape=oval", "style=filled", "fillcolor=\"#f5c8c8\""};
+      } else {
+        attributes = {"shape=box", "style=\"rounded,filled\"", "fillcolor=white"};
+      }
+    }
+    for (const std::string& parent : op.parents) {
+      auto it = index_of.find(parent);
+      if (it == index_of.end()) continue;
+      const Op& from = ops[it->second];
+      if (shown(from)) {
+        edges.push_back(absl::StrCat(NodeId(it->second), " -> ", NodeId(i)));
+        continue;
+      }
+      hidden.push_back(absl::StrCat(from.address, ":", from.buffer_pass));
+      // Keep the data flow through a hidden written version visible.
+      for (const std::string& writer : from.parents) {
+        auto w = index_of.find(writer);
+        if (w != index_of.end() && shown(ops[w->second])) {
+          edges.push_back(absl::StrCat(NodeId(w->second), " -> ", NodeId(i), " [style=dashed]"));
+        }
+      }
+    }
+    if (!hidden.empty()) {
+      attributes.push_back("peripheries=2");
+      attributes.push_back(
+          absl::StrCat("tooltip=", Quote(absl::StrCat("Hidden buffers: ", absl::StrJoin(hidden, ", ")))));
+    }
+    attributes.push_back(absl::StrCat("label=", Quote(text)));
+    const std::string& module = op.is_input() || op.is_output() ? std::string() : op.module_address;
+    cluster_of(module).statements.push_back(
+        absl::StrCat(NodeId(i), " [", absl::StrJoin(attributes, ", "), "];"));
+  }
+
+  std::string dot =
+      "digraph torchlens {\n"
+      "  rankdir=TB;\n"
+      "  node [fontname=\"Helvetica\", fontsize=10];\n"
+      "  edge [color=\"#555555\"];\n";
+  // Clusters, depth first.
+  std::function<void(const std::string&, int)> emit = [&](const std::string& address, int depth) {
+    const Cluster& cluster = clusters[address];
+    const std::string indent(2 * depth, ' ');
+    for (const std::string& statement : cluster.statements) absl::StrAppend(&dot, indent, statement, "\n");
+    for (const std::string& child : cluster.children) {
+      auto module = trace.modules().find(child);
+      const std::string title =
+          module == trace.modules().end() || module->second.type_name.empty()
+              ? child
+              : absl::StrCat(child, " (", module->second.type_name, ")");
+      absl::StrAppend(&dot, indent, "subgraph ", Quote(absl::StrCat("cluster_", child)), " {\n",
+                      indent, "  label=", Quote(title), "; style=\"rounded,dashed\"; color=\"#8888aa\";\n");
+      emit(child, depth + 1);
+      absl::StrAppend(&dot, indent, "}\n");
+    }
+  };
+  emit("", 1);
+  for (const std::string& edge : edges) absl::StrAppend(&dot, "  ", edge, ";\n");
+  dot += "}\n";
+  return dot;
+}
+
+absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOptions options) {
+  std::string format;
+  for (const char* candidate : {"svg", "png", "pdf"}) {
+    if (absl::EndsWithIgnoreCase(path, absl::StrCat(".", candidate))) format = candidate;
+  }
+  if (format.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot render to '", path, "': the file name must end in .svg, .png or .pdf"));
+  }
+  const std::string dot = RenderDot(trace, options);
+  std::unique_ptr<GVC_t, int (*)(GVC_t*)> context(gvContext(), gvFreeContext);
+  if (context == nullptr) return absl::InternalError("Graphviz: cannot create a context");
+  Agraph_t* graph = agmemread(dot.c_str());
+  if (graph == nullptr) return absl::InternalError("Graphviz: cannot parse the generated DOT");
+  absl::Status status;
+  if (gvLayout(context.get(), graph, "dot") != 0) {
+    status = absl::InternalError("Graphviz: layout failed");
+  } else {
+    FILE* file = std::fopen(path.c_str(), "wb");
+    if (file == nullptr) {
+      status = absl::Status(errno == ENOENT ? absl::StatusCode::kNotFound
+                                            : absl::StatusCode::kPermissionDenied,
+                            absl::StrCat("cannot write '", path, "': ", std::strerror(errno)));
+    } else {
+      if (gvRender(context.get(), graph, format.c_str(), file) != 0) {
+        status = absl::InternalError(absl::StrCat("Graphviz: rendering ", format, " failed"));
+      }
+      if (std::fclose(file) != 0 && status.ok()) {
+        status = absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
+      }
+    }
+    gvFreeLayout(context.get(), graph);
+  }
+  agclose(graph);
+  return status;
+}
+
+}  // namespace torchlens

@@ -1,0 +1,42 @@
+// Drawing a trace: Graphviz DOT text, and SVG / PNG / PDF through Graphviz's C library.
+//
+//   std::string dot = torchlens::RenderDot(*trace);   // ShowBuffers::kMeaningful
+//   absl::Status s = torchlens::RenderToFile(*trace, "graph.svg");
+//
+// One node per op (label, type, output shape, module; parameters it read summarised on
+// it), inputs and outputs marked, modules drawn as nested clusters by address. Buffer
+// version nodes are `shape=cylinder`, labelled `address:version` with their write kind.
+// `ShowBuffers::kMeaningful` (the default) hides BatchNorm/InstanceNorm bookkeeping
+// (`running_mean`, `running_var`, `num_batches_tracked`), `kAlways` shows every buffer,
+// `kNever` hides all. An op that reads hidden buffer versions gets `peripheries=2` and a
+// tooltip "Hidden buffers: ..."; a hidden version written by one op and read by another
+// becomes a dashed edge between them, so the data flow stays visible.
+#ifndef TORCHLENS_GRAPH_RENDER_H_
+#define TORCHLENS_GRAPH_RENDER_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "graph/trace.h"
+
+namespace torchlens {
+
+enum class ShowBuffers { kNever, kMeaningful, kAlways };
+
+struct RenderOptions {
+  ShowBuffers show_buffers = ShowBuffers::kMeaningful;
+};
+
+std::string RenderDot(const Trace& trace, RenderOptions options = {});
+
+// Lays out the DOT graph with Graphviz (in process) and writes `path`, whose extension
+// (.svg, .png, .pdf) picks the format. kInvalidArgument for another extension; kInternal
+// when Graphviz fails; kPermissionDenied / kNotFound when the file cannot be written.
+absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOptions options = {});
+
+// Whether `op` is a buffer version shown under `show`.
+bool BufferShown(const Op& op, ShowBuffers show);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_GRAPH_RENDER_H_

@@ -1,0 +1,109 @@
+// DOT structure for each ShowBuffers mode, and in-process rendering through Graphviz.
+#include "graph/render.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <torch/script.h>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testdata/testdata.h"
+#include "torchlens_dispatch/capture.h"
+
+namespace torchlens {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+Trace Capture(const std::string& name) {
+  torch::jit::Module model = testdata::LoadModel(name);
+  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected(name).inputs());
+  EXPECT_TRUE(trace.ok()) << trace.status();
+  return trace.ok() ? *std::move(trace) : Trace();
+}
+
+int Count(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+// The DOT statement of the node showing `label`.
+std::string NodeLine(const std::string& dot, const std::string& label) {
+  std::istringstream lines(dot);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("label=\"" + label + "\\n") != std::string::npos) return line;
+  }
+  return "";
+}
+
+// An eval-mode BatchNorm beside an architectural buffer (causal_mask) used in the forward.
+TEST(RenderTest, MeaningfulShowsArchitecturalBuffersAndMarksHiddenOnes) {
+  const Trace trace = Capture("causal_mask_bn");
+  const std::string dot = RenderDot(trace);  // kMeaningful
+  EXPECT_EQ(Count(dot, "shape=cylinder"), 1);
+  EXPECT_THAT(dot, HasSubstr("causal_mask:1\\nread"));
+  EXPECT_THAT(dot, Not(HasSubstr("running_mean:1\\n")));
+  const std::string bn = NodeLine(dot, "batch_norm_1_2:1");
+  ASSERT_FALSE(bn.empty()) << dot;
+  EXPECT_THAT(bn, HasSubstr("peripheries=2"));
+  EXPECT_THAT(bn, HasSubstr("tooltip=\"Hidden buffers: bn.running_mean:1, bn.running_var:1\""));
+  EXPECT_THAT(NodeLine(dot, "matmul_1_1:1"), Not(HasSubstr("peripheries")));
+  EXPECT_THAT(dot, HasSubstr("subgraph \"cluster_bn\""));
+  EXPECT_THAT(dot, HasSubstr("label=\"bn (BatchNorm1d)\""));
+  EXPECT_THAT(bn, HasSubstr("params: weight [4], bias [4]"));
+}
+
+TEST(RenderTest, AlwaysShowsEveryBufferWithoutMarkers) {
+  const Trace trace = Capture("causal_mask_bn");
+  const std::string dot = RenderDot(trace, RenderOptions{ShowBuffers::kAlways});
+  EXPECT_EQ(Count(dot, "shape=cylinder"), 3);
+  EXPECT_THAT(dot, HasSubstr("bn.running_mean:1\\nread"));
+  EXPECT_THAT(dot, HasSubstr("bn.running_var:1\\nread"));
+  EXPECT_THAT(dot, Not(HasSubstr("peripheries")));
+  EXPECT_THAT(dot, Not(HasSubstr("Hidden buffers")));
+}
+
+TEST(RenderTest, NeverShowsNoBuffer) {
+  const Trace trace = Capture("causal_mask_bn");
+  const std::string dot = RenderDot(trace, RenderOptions{ShowBuffers::kNever});
+  EXPECT_EQ(Count(dot, "shape=cylinder"), 0);
+  EXPECT_THAT(NodeLine(dot, "matmul_1_1:1"),
+              HasSubstr("tooltip=\"Hidden buffers: causal_mask:1\""));
+}
+
+TEST(RenderTest, HiddenWrittenVersionKeepsTheFlowAsADashedEdge) {
+  const Trace trace = Capture("seed_recurrent");
+  const std::string dot = RenderDot(trace, RenderOptions{ShowBuffers::kNever});
+  EXPECT_EQ(Count(dot, "[style=dashed]"), 2);  // tanh -> add, tanh -> output
+  EXPECT_EQ(Count(RenderDot(trace), "shape=cylinder"), 3);
+}
+
+TEST(RenderTest, SvgHasOneNodePerVisibleOp) {
+  const Trace trace = Capture("causal_mask_bn");
+  const std::string path = absl::StrCat(testing::TempDir(), "/graph.svg");
+  absl::Status status = RenderToFile(trace, path);
+  ASSERT_TRUE(status.ok()) << status;
+  std::ifstream file(path);
+  const std::string svg((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_THAT(svg, HasSubstr("</svg>"));
+  // 9 nodes minus the two hidden running statistics.
+  EXPECT_EQ(Count(svg, "class=\"node\""), static_cast<int>(trace.ops().size()) - 2);
+  for (const char* format : {"png", "pdf"}) {
+    const std::string other = absl::StrCat(testing::TempDir(), "/graph.", format);
+    ASSERT_TRUE(RenderToFile(trace, other).ok());
+    EXPECT_GT(std::ifstream(other, std::ios::ate).tellg(), 1000);
+  }
+  EXPECT_EQ(RenderToFile(trace, "graph.gif").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RenderToFile(trace, "/nonexistent/dir/graph.svg").code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace torchlens

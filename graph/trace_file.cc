@@ -1,0 +1,409 @@
+#include "graph/trace_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <utility>
+
+#include <ATen/core/Dict.h>
+#include <ATen/core/List.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace torchlens {
+namespace {
+
+using Dict = c10::impl::GenericDict;
+using List = c10::impl::GenericList;
+
+Dict NewDict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
+List NewList() { return List(c10::AnyType::get()); }
+
+c10::IValue Strings(const std::vector<std::string>& values) {
+  c10::List<std::string> list;
+  for (const std::string& value : values) list.push_back(value);
+  return list;
+}
+
+c10::IValue Ints(const std::vector<int64_t>& values) { return c10::List<int64_t>(values); }
+
+c10::IValue TensorOrNone(const at::Tensor& t) { return t.defined() ? c10::IValue(t) : c10::IValue(); }
+
+// Argument values the pickler writes and Python reads back.
+bool Picklable(const c10::IValue& value) {
+  if (value.isNone() || value.isTensor() || value.isDouble() || value.isInt() || value.isBool() ||
+      value.isString() || value.isComplexDouble() || value.isDevice()) {
+    return true;
+  }
+  if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      if (!Picklable(element)) return false;
+    }
+    return true;
+  }
+  if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      if (!Picklable(element)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+const char* KindName(ArgSource::Kind kind) {
+  switch (kind) {
+    case ArgSource::Kind::kNode:
+      return "node";
+    case ArgSource::Kind::kParam:
+      return "param";
+    case ArgSource::Kind::kConstant:
+      return "constant";
+    case ArgSource::Kind::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+c10::IValue OpToIValue(const Op& op) {
+  Dict d = NewDict();
+  d.insert("label", op.label);
+  d.insert("type", op.type);
+  d.insert("func_name", op.func_name);
+  d.insert("overload_name", op.overload_name);
+  d.insert("parents", Strings(op.parents));
+  d.insert("children", Strings(op.children));
+  d.insert("module_address", op.module_address);
+  d.insert("out", TensorOrNone(op.out));
+  d.insert("is_buffer", op.is_buffer);
+  d.insert("address", op.address);
+  d.insert("buffer_pass", static_cast<int64_t>(op.buffer_pass));
+  d.insert("buffer_write_kind", op.buffer_write_kind
+                                    ? c10::IValue(std::string(WriteKindName(*op.buffer_write_kind)))
+                                    : c10::IValue());
+  d.insert("buffer_value_changed",
+           op.buffer_value_changed ? c10::IValue(*op.buffer_value_changed) : c10::IValue());
+  d.insert("pass", static_cast<int64_t>(op.pass));
+  d.insert("layer_type_index", static_cast<int64_t>(op.layer_type_index));
+  d.insert("layer_step_index", static_cast<int64_t>(op.layer_step_index));
+  d.insert("tensor_shape", Ints(op.tensor_shape));
+  d.insert("tensor_dtype", op.tensor_dtype);
+  d.insert("parent_params", Strings(op.parent_params));
+  List outs = NewList();
+  for (const at::Tensor& t : op.outs) outs.push_back(TensorOrNone(t));
+  d.insert("outs", outs);
+  bool complete = true;
+  for (const c10::IValue& arg : op.creation_args) complete = complete && Picklable(arg);
+  List args = NewList();
+  if (complete) {
+    for (const c10::IValue& arg : op.creation_args) args.push_back(arg);
+  }
+  d.insert("creation_args", args);
+  d.insert("creation_args_complete", complete);
+  List sources = NewList();
+  for (const ArgSource& source : op.arg_sources) {
+    sources.push_back(c10::ivalue::Tuple::create(
+        {std::string(KindName(source.kind)), source.name, static_cast<int64_t>(source.output_index)}));
+  }
+  d.insert("arg_sources", sources);
+  d.insert("rng_state", TensorOrNone(op.rng_state));
+  return d;
+}
+
+// Typed access that turns every mismatch into an error naming the place.
+class Reader {
+ public:
+  explicit Reader(std::string where) : where_(std::move(where)) {}
+
+  const c10::IValue& Field(const Dict& d, const char* key) {
+    auto it = d.find(key);
+    if (it == d.end()) throw Malformed{absl::StrCat(where_, " has no \"", key, "\"")};
+    return it->value();
+  }
+  std::string String(const Dict& d, const char* key) {
+    const c10::IValue& v = Field(d, key);
+    if (!v.isString()) throw Malformed{absl::StrCat(where_, " \"", key, "\" is not a string")};
+    return v.toStringRef();
+  }
+  int64_t Int(const Dict& d, const char* key) {
+    const c10::IValue& v = Field(d, key);
+    if (!v.isInt()) throw Malformed{absl::StrCat(where_, " \"", key, "\" is not an int")};
+    return v.toInt();
+  }
+  bool Bool(const Dict& d, const char* key) {
+    const c10::IValue& v = Field(d, key);
+    if (!v.isBool()) throw Malformed{absl::StrCat(where_, " \"", key, "\" is not a bool")};
+    return v.toBool();
+  }
+  at::Tensor Tensor(const Dict& d, const char* key) {
+    const c10::IValue& v = Field(d, key);
+    if (v.isNone()) return at::Tensor();
+    if (!v.isTensor()) throw Malformed{absl::StrCat(where_, " \"", key, "\" is not a tensor")};
+    return v.toTensor();
+  }
+  std::vector<std::string> Strings(const Dict& d, const char* key) {
+    std::vector<std::string> out;
+    for (const c10::IValue& v : ListOf(d, key)) {
+      if (!v.isString()) throw Malformed{absl::StrCat(where_, " \"", key, "\" holds a non-string")};
+      out.push_back(v.toStringRef());
+    }
+    return out;
+  }
+  std::vector<int64_t> Ints(const Dict& d, const char* key) {
+    std::vector<int64_t> out;
+    for (const c10::IValue& v : ListOf(d, key)) {
+      if (!v.isInt()) throw Malformed{absl::StrCat(where_, " \"", key, "\" holds a non-int")};
+      out.push_back(v.toInt());
+    }
+    return out;
+  }
+  c10::ArrayRef<c10::IValue> ListOf(const Dict& d, const char* key) {
+    const c10::IValue& v = Field(d, key);
+    if (!v.isList()) throw Malformed{absl::StrCat(where_, " \"", key, "\" is not a list")};
+    return v.toListRef();
+  }
+  Dict DictAt(const c10::IValue& v) {
+    if (!v.isGenericDict()) throw Malformed{absl::StrCat(where_, " is not a dict")};
+    return v.toGenericDict();
+  }
+
+  struct Malformed {
+    std::string message;
+  };
+
+ private:
+  std::string where_;
+};
+
+Op OpFromIValue(const c10::IValue& value, size_t index) {
+  Reader r(absl::StrCat("ops[", index, "]"));
+  const Dict d = r.DictAt(value);
+  Op op;
+  op.label = r.String(d, "label");
+  op.type = r.String(d, "type");
+  op.func_name = r.String(d, "func_name");
+  op.overload_name = r.String(d, "overload_name");
+  op.parents = r.Strings(d, "parents");
+  op.children = r.Strings(d, "children");
+  op.module_address = r.String(d, "module_address");
+  op.out = r.Tensor(d, "out");
+  op.is_buffer = r.Bool(d, "is_buffer");
+  op.address = r.String(d, "address");
+  op.buffer_pass = static_cast<int>(r.Int(d, "buffer_pass"));
+  const c10::IValue& kind = r.Field(d, "buffer_write_kind");
+  if (kind.isString()) {
+    const std::string& name = kind.toStringRef();
+    for (WriteKind k : {WriteKind::kReassign, WriteKind::kInplace, WriteKind::kFused}) {
+      if (WriteKindName(k) == name) op.buffer_write_kind = k;
+    }
+    if (!op.buffer_write_kind) throw Reader::Malformed{absl::StrCat("ops[", index, "] has write kind \"", name, "\"")};
+  }
+  const c10::IValue& changed = r.Field(d, "buffer_value_changed");
+  if (changed.isBool()) op.buffer_value_changed = changed.toBool();
+  op.pass = static_cast<int>(r.Int(d, "pass"));
+  op.layer_type_index = static_cast<int>(r.Int(d, "layer_type_index"));
+  op.layer_step_index = static_cast<int>(r.Int(d, "layer_step_index"));
+  op.tensor_shape = r.Ints(d, "tensor_shape");
+  op.tensor_dtype = r.String(d, "tensor_dtype");
+  op.parent_params = r.Strings(d, "parent_params");
+  for (const c10::IValue& t : r.ListOf(d, "outs")) {
+    if (!t.isNone() && !t.isTensor()) throw Reader::Malformed{absl::StrCat("ops[", index, "] \"outs\" holds a non-tensor")};
+    op.outs.push_back(t.isTensor() ? t.toTensor() : at::Tensor());
+  }
+  if (r.Bool(d, "creation_args_complete")) {
+    for (const c10::IValue& arg : r.ListOf(d, "creation_args")) op.creation_args.push_back(arg);
+  }
+  for (const c10::IValue& source : r.ListOf(d, "arg_sources")) {
+    if (!source.isTuple() || source.toTupleRef().elements().size() != 3) {
+      throw Reader::Malformed{absl::StrCat("ops[", index, "] has a malformed arg source")};
+    }
+    const auto& e = source.toTupleRef().elements();
+    if (!e[0].isString() || !e[1].isString() || !e[2].isInt()) {
+      throw Reader::Malformed{absl::StrCat("ops[", index, "] has a malformed arg source")};
+    }
+    ArgSource arg;
+    const std::string& kind_name = e[0].toStringRef();
+    for (ArgSource::Kind k : {ArgSource::Kind::kNode, ArgSource::Kind::kParam,
+                              ArgSource::Kind::kConstant, ArgSource::Kind::kNone}) {
+      if (kind_name == KindName(k)) arg.kind = k;
+    }
+    arg.name = e[1].toStringRef();
+    arg.output_index = static_cast<int>(e[2].toInt());
+    op.arg_sources.push_back(std::move(arg));
+  }
+  op.rng_state = r.Tensor(d, "rng_state");
+  return op;
+}
+
+}  // namespace
+
+absl::Status SaveTrace(const Trace& trace, const std::string& path) {
+  Dict root = NewDict();
+  root.insert("format", std::string(kTraceFileFormat));
+  root.insert("version", static_cast<int64_t>(kTraceFileVersion));
+  root.insert("training", trace.training());
+  root.insert("has_saved_values", trace.has_saved_values());
+  List ops = NewList();
+  for (const Op& op : trace.ops()) ops.push_back(OpToIValue(op));
+  root.insert("ops", ops);
+  List buffers = NewList();
+  for (const auto& [address, buffer] : trace.buffers()) {
+    Dict d = NewDict();
+    d.insert("address", address);
+    d.insert("module_address", buffer.module_address);
+    d.insert("initial_value", TensorOrNone(buffer.initial_value));
+    d.insert("final_value", TensorOrNone(buffer.final_value));
+    buffers.push_back(d);
+  }
+  root.insert("buffers", buffers);
+  List modules = NewList();
+  for (const auto& [address, module] : trace.modules()) {
+    Dict d = NewDict();
+    d.insert("address", address);
+    d.insert("type_name", module.type_name);
+    d.insert("buffers", Strings(module.buffers));
+    d.insert("params", Strings(module.params));
+    modules.push_back(d);
+  }
+  root.insert("modules", modules);
+  List params = NewList();
+  for (const auto& [address, param] : trace.params()) {
+    Dict d = NewDict();
+    d.insert("address", address);
+    d.insert("shape", Ints(param.shape));
+    d.insert("module_address", param.module_address);
+    params.push_back(d);
+  }
+  root.insert("params", params);
+  List diagnostics = NewList();
+  for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {
+    Dict d = NewDict();
+    d.insert("address", diagnostic.address);
+    d.insert("message", diagnostic.message);
+    diagnostics.push_back(d);
+  }
+  root.insert("diagnostics", diagnostics);
+  const CaptureStats& s = trace.capture_stats();
+  Dict stats = NewDict();
+  stats.insert("user_ops", s.user_ops);
+  stats.insert("nested_ops", s.nested_ops);
+  stats.insert("buffer_slot_reads", s.buffer_slot_reads);
+  stats.insert("copy_on_write_clones", s.copy_on_write_clones);
+  stats.insert("marked_sites", s.marked_sites);
+  stats.insert("interpreter_sites", s.interpreter_sites);
+  root.insert("capture_stats", stats);
+
+  std::vector<char> bytes;
+  try {
+    bytes = torch::jit::pickle_save(root);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return absl::InternalError(absl::StrCat("cannot serialize the trace: ", what.substr(0, what.find('\n'))));
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out.good()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write trace file '", path, "': ", std::strerror(errno)));
+  }
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out.good()) return absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Trace> LoadTrace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) {
+    return absl::NotFoundError(absl::StrCat("cannot open trace file '", path, "': ", std::strerror(errno)));
+  }
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<Trace> trace = ParseTraceFile(bytes);
+  if (!trace.ok()) {
+    return absl::Status(trace.status().code(), absl::StrCat("'", path, "': ", trace.status().message()));
+  }
+  return trace;
+}
+
+absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a readable trace file (truncated or corrupt?): ", what.substr(0, what.find('\n'))));
+  }
+  try {
+    Reader r("the trace file");
+    const Dict root = r.DictAt(value);
+    if (r.String(root, "format") != kTraceFileFormat) {
+      return absl::InvalidArgumentError(absl::StrCat("not a torchlens trace file (format \"",
+                                                     r.String(root, "format"), "\")"));
+    }
+    const int64_t version = r.Int(root, "version");
+    if (version != kTraceFileVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trace file version ", version, "; this torchlens reads version ", kTraceFileVersion));
+    }
+    TraceParts parts;
+    parts.training = r.Bool(root, "training");
+    parts.has_saved_values = r.Bool(root, "has_saved_values");
+    const c10::ArrayRef<c10::IValue> ops = r.ListOf(root, "ops");
+    for (size_t i = 0; i < ops.size(); ++i) parts.ops.push_back(OpFromIValue(ops[i], i));
+    for (const c10::IValue& v : r.ListOf(root, "buffers")) {
+      Reader b("a buffer");
+      const Dict d = b.DictAt(v);
+      Buffer buffer;
+      buffer.address = b.String(d, "address");
+      buffer.module_address = b.String(d, "module_address");
+      buffer.initial_value = b.Tensor(d, "initial_value");
+      buffer.final_value = b.Tensor(d, "final_value");
+      parts.buffers[buffer.address] = std::move(buffer);
+    }
+    for (const c10::IValue& v : r.ListOf(root, "modules")) {
+      Reader m("a module");
+      const Dict d = m.DictAt(v);
+      Module module{m.String(d, "address"), m.String(d, "type_name"), m.Strings(d, "buffers"),
+                    m.Strings(d, "params")};
+      parts.modules[module.address] = std::move(module);
+    }
+    for (const c10::IValue& v : r.ListOf(root, "params")) {
+      Reader p("a param");
+      const Dict d = p.DictAt(v);
+      Param param{p.String(d, "address"), p.Ints(d, "shape"), p.String(d, "module_address")};
+      parts.params[param.address] = std::move(param);
+    }
+    for (const c10::IValue& v : r.ListOf(root, "diagnostics")) {
+      Reader g("a diagnostic");
+      const Dict d = g.DictAt(v);
+      parts.diagnostics.push_back(TraceDiagnostic{g.String(d, "address"), g.String(d, "message")});
+    }
+    Reader s("capture_stats");
+    const Dict stats = s.DictAt(r.Field(root, "capture_stats"));
+    parts.stats.user_ops = s.Int(stats, "user_ops");
+    parts.stats.nested_ops = s.Int(stats, "nested_ops");
+    parts.stats.buffer_slot_reads = s.Int(stats, "buffer_slot_reads");
+    parts.stats.copy_on_write_clones = s.Int(stats, "copy_on_write_clones");
+    parts.stats.marked_sites = s.Int(stats, "marked_sites");
+    parts.stats.interpreter_sites = s.Int(stats, "interpreter_sites");
+    // Labels must be unique for the edges to mean anything.
+    std::set<std::string> labels;
+    for (const Op& op : parts.ops) {
+      if (!labels.insert(op.label).second) {
+        return absl::InvalidArgumentError(absl::StrCat("malformed trace file: label \"", op.label, "\" appears twice"));
+      }
+    }
+    return Trace::Assemble(std::move(parts));
+  } catch (const Reader::Malformed& malformed) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed trace file: ", malformed.message));
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed trace file: ", what.substr(0, what.find('\n'))));
+  }
+}
+
+}  // namespace torchlens

@@ -1,0 +1,42 @@
+// Trace files: a whole trace, metadata and saved tensors, in PyTorch's own serialization.
+//
+// C++:     absl::Status s = torchlens::SaveTrace(*trace, "trace.pt");
+//          absl::StatusOr<torchlens::Trace> loaded = torchlens::LoadTrace("trace.pt");
+// Python:  t = torch.load("trace.pt")
+//          t["format"] == "torchlens.trace"; t["ops"][1]["label"] == "linear_1_1:1"
+//          t["ops"][1]["out"]  # the saved tensor
+//
+// The file is what `torch::pickle_save` writes (the zip format of `torch.save`): a dict with
+// "format", "version", "training", "has_saved_values", and lists "ops", "buffers",
+// "modules", "params", "diagnostics", plus "capture_stats". Each op is a dict with the
+// fields of `Op` under the same names (tensors as tensors, `None` when absent); each buffer
+// has "address", "module_address", "initial_value" and "final_value". Tensors shared by
+// several ops are stored once. LoadTrace gives back an equal `Trace`: same labels, edges,
+// buffer entities, and bit-identical tensors.
+#ifndef TORCHLENS_GRAPH_TRACE_FILE_H_
+#define TORCHLENS_GRAPH_TRACE_FILE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "graph/trace.h"
+
+namespace torchlens {
+
+inline constexpr char kTraceFileFormat[] = "torchlens.trace";
+inline constexpr int kTraceFileVersion = 1;
+
+absl::Status SaveTrace(const Trace& trace, const std::string& path);
+
+// kNotFound: no such file. kInvalidArgument: not a trace file, truncated or corrupt.
+// kFailedPrecondition: a trace file of another version.
+absl::StatusOr<Trace> LoadTrace(const std::string& path);
+
+// The same, from the bytes of a file (for tests and fuzzing).
+absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_GRAPH_TRACE_FILE_H_

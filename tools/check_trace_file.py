@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""Reads a trace file, its JSON and its SVG from Python; exits non-zero on any mismatch.
+
+usage: check_trace_file.py TRACE.pt TRACE.json GRAPH.svg
+
+The trace is of testdata/demo.pt in training mode. Values are checked against PyTorch
+recomputing them in Python, an oracle independent of the C++ capture.
+"""
+
+import json
+import sys
+import xml.dom.minidom
+
+import torch
+import torch.nn.functional as F
+
+
+def main(trace_path, json_path, svg_path):
+    trace = torch.load(trace_path)
+    assert trace["format"] == "torchlens.trace", trace["format"]
+    assert trace["version"] == 1
+    assert trace["training"] is True
+    ops = {op["label"]: op for op in trace["ops"]}
+    labels = [op["label"] for op in trace["ops"]]
+    assert labels[0] == "input_1", labels[:3]
+    assert "conv2d_1_2:1" in ops and "log_softmax_1_15:1" in ops, labels
+
+    # Values: each op recomputed in Python from its parents' saved values.
+    stem = ops["conv2d_1_2:1"]
+    assert stem["module_address"] == "stem"
+    weight, bias = stem["creation_args"][1], stem["creation_args"][2]
+    expected = F.conv2d(ops["input_1"]["out"], weight, bias, padding=1)
+    assert torch.allclose(stem["out"], expected, atol=1e-6), "conv2d value"
+    relu = ops["relu_1_6:1"]
+    assert relu["parents"] == ["batch_norm_1_5:1"], relu["parents"]
+    assert torch.equal(relu["out"], torch.relu(ops["batch_norm_1_5:1"]["out"])), "relu value"
+    softmax = ops["log_softmax_1_15:1"]
+    assert torch.allclose(softmax["out"], F.log_softmax(ops["linear_1_14:1"]["out"], dim=1))
+    assert torch.equal(ops["output_1"]["out"], softmax["out"])
+
+    # Buffers: BatchNorm running statistics written by the fused kernel.
+    buffers = {b["address"]: b for b in trace["buffers"]}
+    mean = buffers["block1.bn.running_mean"]
+    bn_input = ops["conv2d_2_3:1"]["out"]
+    assert torch.allclose(mean["final_value"],
+                          0.9 * mean["initial_value"] + 0.1 * bn_input.mean(dim=(0, 2, 3)),
+                          atol=1e-6), "running_mean"
+    versions = [op for op in trace["ops"] if op["is_buffer"] and op["address"] == "block1.bn.running_mean"]
+    assert [v["buffer_write_kind"] for v in versions] == [None, "fused"], versions
+    assert versions[1]["buffer_value_changed"] is True
+    calls = buffers["calls"]
+    assert calls["final_value"].item() == calls["initial_value"].item() + 1
+
+    # JSON: the same graph, with its schema.
+    with open(json_path) as f:
+        meta = json.load(f)
+    assert meta["schema"] == "torchlens.trace.json" and meta["version"] == 1
+    assert [op["label"] for op in meta["ops"]] == labels
+    assert meta["ops"][labels.index("relu_1_6:1")]["parents"] == ["batch_norm_1_5:1"]
+
+    # SVG: well-formed XML with one node per drawn op (BatchNorm bookkeeping hidden).
+    svg = xml.dom.minidom.parse(svg_path)
+    nodes = [g for g in svg.getElementsByTagName("g") if g.getAttribute("class") == "node"]
+    hidden = [op for op in trace["ops"] if op["is_buffer"] and
+              op["address"].rsplit(".", 1)[-1] in ("running_mean", "running_var", "num_batches_tracked")]
+    assert len(nodes) == len(trace["ops"]) - len(hidden), (len(nodes), len(trace["ops"]), len(hidden))
+    print("python read", len(labels), "nodes,", len(buffers), "buffers: OK")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
