@@ -1,0 +1,370 @@
+// The torchlens benchmark: what capture, validation and interventions cost, as ratios to
+// the plain forward pass measured in the same process and run.
+//
+//   tools/bazelw run -c opt //tools:bench                       # all models, 1 thread
+//   tools/bazelw run -c opt //tools:bench -- --models mlp50 --threads 2 --json out.json
+//
+// For each model, every configuration runs interleaved with the others (plain forward,
+// capture without saved values, full capture, ValidateForwardPass, Do on the last op, Do on
+// the first op), after warm-up; the table reports medians. Everything runs under
+// NoGradGuard, at 1 intra-op thread unless --threads says otherwise. Models are TorchScript
+// files written by tools/bench_models.py (run automatically into --models_dir when missing).
+//
+// glibc's malloc adapts its mmap and trim thresholds to the allocation pattern, which
+// skews small-model timings 2-4x from run to run; the bench pins both (mallopt) first.
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "graph/ivalue_tensors.h"
+#include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/load_model.h"
+#include "validation/intervene.h"
+#include "validation/validate.h"
+
+namespace torchlens {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchModel {
+  std::string name;
+  std::string file;
+  bool train;
+  std::vector<int64_t> input_shape;
+  bool full;  // all configurations; otherwise plain and captures only (scaling models)
+};
+
+const std::vector<BenchModel>& Models() {
+  static const std::vector<BenchModel> models = {
+      {"mlp50", "mlp50.pt", false, {1, 16}, true},
+      {"resnet18_eval", "resnet18.pt", false, {1, 3, 224, 224}, true},
+      {"resnet18_train", "resnet18.pt", true, {1, 3, 224, 224}, true},
+      {"recurrent100", "recurrent.pt", false, {1, 32}, true},
+      {"transformer", "transformer.pt", false, {1, 16, 64}, true},
+      {"mlp200", "mlp200.pt", false, {1, 16}, false},
+      {"mlp2000", "mlp2000.pt", false, {1, 16}, false},
+  };
+  return models;
+}
+
+// Peak bytes allocated by the CPU allocator on this thread while alive (c10 reports every
+// allocation and free to the thread's memory-profiling hook).
+class PeakMemory : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void*, int64_t alloc_size, int64_t, int64_t, c10::Device) override {
+    current_ += alloc_size;
+    peak_ = std::max(peak_, current_);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  int64_t peak() const { return peak_; }
+
+ private:
+  int64_t current_ = 0;
+  int64_t peak_ = 0;
+};
+
+int64_t PeakDuring(const std::function<void()>& run) {
+  auto probe = std::make_shared<PeakMemory>();
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, probe);
+    run();
+  }
+  return probe->peak();
+}
+
+// Bytes of the distinct storages a trace holds that capture allocated (activations,
+// buffer snapshots, generator states), not the parameters or inputs it references.
+int64_t SavedBytes(const Trace& trace) {
+  absl::flat_hash_set<const void*> excluded;
+  for (const Op& op : trace.ops()) {
+    if (op.is_input() && op.out.defined()) excluded.insert(op.out.storage().unsafeGetStorageImpl());
+    int index = 0;
+    for (const c10::IValue& arg : op.creation_args) {
+      ForEachTensor(arg, [&](const at::Tensor& t) {
+        if (index < static_cast<int>(op.arg_sources.size()) && t.defined() && t.has_storage() &&
+            op.arg_sources[index].kind == ArgSource::Kind::kParam) {
+          excluded.insert(t.storage().unsafeGetStorageImpl());
+        }
+        ++index;
+      });
+    }
+  }
+  absl::flat_hash_set<const void*> counted;
+  int64_t bytes = 0;
+  auto count = [&](const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return;
+    const void* storage = t.storage().unsafeGetStorageImpl();
+    if (excluded.contains(storage) || !counted.insert(storage).second) return;
+    bytes += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for (const Op& op : trace.ops()) {
+    for (const at::Tensor& t : op.outs) count(t);
+    count(op.out);
+    count(op.rng_state);
+    for (const c10::IValue& arg : op.creation_args) ForEachTensor(arg, count);
+  }
+  for (const auto& [address, buffer] : trace.buffers()) count(buffer.initial_value);
+  return bytes;
+}
+
+struct Config {
+  std::string name;
+  std::function<void()> run;
+  std::vector<double> micros;
+};
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0.0 : values[values.size() / 2];
+}
+
+struct Options {
+  std::string models_dir;
+  std::vector<std::string> only;
+  int threads = 1;
+  int repeats = 0;  // 0: chosen per model
+  std::string json_file;
+};
+
+absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+  Options options;
+  const char* home = std::getenv("HOME");
+  options.models_dir = absl::StrCat(home ? home : "/tmp", "/.cache/torchlens/bench-models");
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    }
+    if (arg == "--models_dir") {
+      options.models_dir = value;
+    } else if (arg == "--models") {
+      options.only = absl::StrSplit(value, ',');
+    } else if (arg == "--threads" && absl::SimpleAtoi(value, &options.threads) && options.threads > 0) {
+    } else if (arg == "--repeats" && absl::SimpleAtoi(value, &options.repeats) && options.repeats > 0) {
+    } else if (arg == "--json") {
+      options.json_file = value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad flag ", argv[i], "; flags: --models a,b --threads N --repeats N --json FILE "
+          "--models_dir DIR"));
+    }
+  }
+  return options;
+}
+
+std::string UserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  return path.empty() || path[0] == '/' || cwd == nullptr ? path : absl::StrCat(cwd, "/", path);
+}
+
+absl::Status EnsureModels(const std::string& dir) {
+  bool missing = false;
+  for (const BenchModel& model : Models()) {
+    missing = missing || !std::ifstream(absl::StrCat(dir, "/", model.file)).good();
+  }
+  if (!missing) return absl::OkStatus();
+  std::cerr << "bench: writing models into " << dir << " (tools/bench_models.py)\n";
+  const std::string command = absl::StrCat("/usr/bin/python3 tools/bench_models.py '", dir, "'");
+  if (std::system(command.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("`", command, "` failed; python3-torch and "
+                                            "python3-torchvision are needed (tools/bazelw installs them)"));
+  }
+  return absl::OkStatus();
+}
+
+nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
+  torch::jit::Module model = *LoadTorchScript(absl::StrCat(options.models_dir, "/", spec.file));
+  model.train(spec.train);
+  torch::manual_seed(0);
+  const std::vector<c10::IValue> inputs = {torch::randn(spec.input_shape)};
+  torch::NoGradGuard no_grad;
+
+  CaptureOptions unsaved;
+  unsaved.save_activations = false;
+  absl::StatusOr<Trace> reference = TraceModule(model, inputs);
+  if (!reference.ok()) {
+    std::cerr << spec.name << ": " << reference.status() << "\n";
+    return nullptr;
+  }
+  const int64_t user_ops = reference->capture_stats().user_ops;
+  const Op* first = nullptr;
+  const Op* last = nullptr;
+  for (const Op& op : reference->ops()) {
+    if (!op.is_compute() || !op.out.defined() || !op.out.is_floating_point()) continue;
+    if (first == nullptr) first = &op;
+    last = &op;
+  }
+  int do_last_cone = 0;
+  int do_first_cone = 0;
+
+  std::vector<Config> configs = {
+      {"plain", [&] { model.forward(inputs); }, {}},
+      {"capture_unsaved", [&] { (void)TraceModule(model, inputs, unsaved); }, {}},
+      {"capture", [&] { (void)TraceModule(model, inputs); }, {}},
+  };
+  if (spec.full) {
+    configs.push_back({"validate", [&] { (void)ValidateForwardPass(*reference); }, {}});
+    configs.push_back({"do_last_op",
+                       [&] {
+                         absl::StatusOr<DoResult> r = Do(*reference, {Edit{last->label, last->out + 1}});
+                         do_last_cone = r.ok() ? static_cast<int>(r->reexecuted.size()) : -1;
+                       },
+                       {}});
+    configs.push_back({"do_first_op",
+                       [&] {
+                         absl::StatusOr<DoResult> r = Do(*reference, {Edit{first->label, first->out + 1}});
+                         do_first_cone = r.ok() ? static_cast<int>(r->reexecuted.size()) : -1;
+                       },
+                       {}});
+  }
+  for (int warm = 0; warm < 3; ++warm) {
+    for (Config& config : configs) config.run();
+  }
+  int repeats = options.repeats;
+  if (repeats == 0) {
+    const auto start = Clock::now();
+    configs[0].run();
+    const double plain = std::chrono::duration<double>(Clock::now() - start).count();
+    repeats = static_cast<int>(std::clamp(6.0 / (plain * 6 + 1e-9), 9.0, 301.0));
+  }
+  for (int r = 0; r < repeats; ++r) {
+    for (Config& config : configs) {
+      const auto start = Clock::now();
+      config.run();
+      config.micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    }
+  }
+
+  // Memory, in separate runs.
+  const int64_t plain_peak = PeakDuring([&] { model.forward(inputs); });
+  int64_t saved_bytes = 0;
+  const int64_t capture_peak = PeakDuring([&] {
+    absl::StatusOr<Trace> trace = TraceModule(model, inputs);
+    if (trace.ok()) saved_bytes = SavedBytes(*trace);
+  });
+  const int64_t unsaved_peak = PeakDuring([&] { (void)TraceModule(model, inputs, unsaved); });
+
+  const double plain = Median(configs[0].micros);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Config& config : configs) {
+    const double median = Median(config.micros);
+    nlohmann::json row = {{"model", spec.name},
+                          {"config", config.name},
+                          {"median_us", median},
+                          {"ratio", median / plain},
+                          {"recorded_ops", user_ops},
+                          {"repeats", repeats}};
+    if (config.name.rfind("capture", 0) == 0) {
+      row["added_us_per_op"] = (median - plain) / static_cast<double>(user_ops);
+      const int64_t peak = config.name == "capture" ? capture_peak : unsaved_peak;
+      row["peak_above_plain_bytes"] = peak - plain_peak;
+      if (config.name == "capture") {
+        row["saved_bytes"] = saved_bytes;
+        row["peak_above_plain_over_saved"] =
+            saved_bytes > 0 ? static_cast<double>(peak - plain_peak) / saved_bytes : 0.0;
+      }
+    }
+    if (config.name == "do_last_op") row["reexecuted_ops"] = do_last_cone;
+    if (config.name == "do_first_op") row["reexecuted_ops"] = do_first_cone;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+void PrintTable(const nlohmann::json& rows) {
+  std::cout << absl::StrFormat("%-15s %-16s %12s %8s %10s %7s %12s %10s %8s\n", "model", "config",
+                               "median_us", "ratio", "us/op+", "ops", "peak+ MB", "saved MB",
+                               "peak+/sv");
+  for (const nlohmann::json& row : rows) {
+    auto number = [&](const char* key, const char* format) -> std::string {
+      return row.contains(key) ? absl::StrFormat(format, row[key].get<double>()) : "";
+    };
+    std::string ops = absl::StrCat(row["recorded_ops"].get<int64_t>());
+    if (row.contains("reexecuted_ops")) ops = absl::StrCat(row["reexecuted_ops"].get<int>(), " re");
+    std::cout << absl::StrFormat(
+        "%-15s %-16s %12.1f %7.3fx %10s %7s %12s %10s %8s\n", row["model"].get<std::string>(),
+        row["config"].get<std::string>(), row["median_us"].get<double>(), row["ratio"].get<double>(),
+        number("added_us_per_op", "%.3f"), ops,
+        row.contains("peak_above_plain_bytes")
+            ? absl::StrFormat("%.2f", row["peak_above_plain_bytes"].get<double>() / 1e6)
+            : "",
+        row.contains("saved_bytes") ? absl::StrFormat("%.2f", row["saved_bytes"].get<double>() / 1e6) : "",
+        number("peak_above_plain_over_saved", "%.3f"));
+  }
+}
+
+}  // namespace
+}  // namespace torchlens
+
+int main(int argc, char** argv) {
+  using namespace torchlens;
+  // See the file comment: pin glibc's adaptive thresholds.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  absl::StatusOr<Options> options = ParseOptions(argc, argv);
+  if (!options.ok()) {
+    std::cerr << "bench: " << options.status().message() << "\n";
+    return 2;
+  }
+  options->models_dir = UserPath(options->models_dir);
+  if (absl::Status s = EnsureModels(options->models_dir); !s.ok()) {
+    std::cerr << "bench: " << s.message() << "\n";
+    return 2;
+  }
+  at::set_num_threads(options->threads);
+  std::cout << "torchlens bench: " << options->threads << " intra-op thread(s), medians; "
+            << "malloc thresholds pinned (M_MMAP_THRESHOLD 64 MiB, M_TRIM_THRESHOLD 256 MiB)\n";
+  nlohmann::json all = nlohmann::json::array();
+  for (const BenchModel& model : Models()) {
+    if (!options->only.empty() &&
+        std::find(options->only.begin(), options->only.end(), model.name) == options->only.end()) {
+      continue;
+    }
+    nlohmann::json rows = BenchOne(model, *options);
+    if (rows.is_null()) return 1;
+    PrintTable(rows);
+    std::cout.flush();
+    for (nlohmann::json& row : rows) all.push_back(row);
+  }
+  // Scaling: per-op capture cost at 2,000 layers against 200.
+  double per_op[2] = {0, 0};
+  for (const nlohmann::json& row : all) {
+    if (row["config"] != "capture_unsaved") continue;
+    if (row["model"] == "mlp200") per_op[0] = row["median_us"].get<double>() / row["recorded_ops"].get<double>();
+    if (row["model"] == "mlp2000") per_op[1] = row["median_us"].get<double>() / row["recorded_ops"].get<double>();
+  }
+  if (per_op[0] > 0 && per_op[1] > 0) {
+    std::cout << absl::StrFormat("scaling: capture cost per op at mlp2000 / mlp200 = %.3f\n",
+                                 per_op[1] / per_op[0]);
+  }
+  if (!options->json_file.empty()) {
+    std::ofstream(UserPath(options->json_file)) << all.dump(2) << "\n";
+  }
+  return 0;
+}
