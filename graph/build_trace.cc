@@ -33,6 +33,11 @@ std::string OpTypeName(const c10::OperatorName& name) {
 }
 
 Trace BuildTrace(CaptureRecord record) {
+  auto module_address = [&record](int32_t id) -> const std::string& {
+    const std::vector<std::string>& base = *record.module_addresses;
+    return id < static_cast<int32_t>(base.size()) ? base[id]
+                                                  : record.extra_module_addresses[id - base.size()];
+  };
   const std::vector<NodeRecord>& nodes = record.nodes;
   TraceParts parts;
   std::vector<Op>& ops = parts.ops;
@@ -87,7 +92,7 @@ Trace BuildTrace(CaptureRecord record) {
         op.buffer_pass = ++buffer_versions[node.buffer];
         op.buffer_write_kind = node.write_kind;
         op.buffer_value_changed = node.value_changed;
-        op.module_address = record.module_addresses[buffer.module];
+        op.module_address = module_address(buffer.module);
         op.pass = op.buffer_pass;
         op.label = PassLabel(absl::StrCat("buffer_", buffer_number[node.buffer]), op.buffer_pass);
         break;
@@ -97,7 +102,7 @@ Trace BuildTrace(CaptureRecord record) {
         op.type = OpTypeName(name);
         op.func_name = name.name;
         op.overload_name = name.overload_name;
-        op.module_address = record.module_addresses[node.module];
+        op.module_address = module_address(node.module);
         LayerNumbers& layer = layers[node.layer];
         if (layer.passes == 0) {
           layer.type_index = ++layers_of_type[op.type];
@@ -124,29 +129,34 @@ Trace BuildTrace(CaptureRecord record) {
       }
       op.parents.push_back(label);
     };
+    // Argument sources are replay data: kept with saved values only.
+    const bool keep_sources = node.kind == NodeRecord::Kind::kOp && record.saved_values;
+    if (keep_sources) op.arg_sources.reserve(node.sources_end - node.sources_begin);
     for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
       const SourceRecord& source = record.sources[s];
-      ArgSource arg;
+      ArgSource::Kind kind = ArgSource::Kind::kNone;
+      const std::string* name = nullptr;
       switch (source.kind) {
         case SourceRecord::Kind::kNode:
-          arg.kind = ArgSource::Kind::kNode;
-          arg.name = ops[source.index].label;
-          arg.output_index = source.output_index;
-          add_parent(arg.name);
+          kind = ArgSource::Kind::kNode;
+          name = &ops[source.index].label;
+          add_parent(*name);
           break;
         case SourceRecord::Kind::kParam:
-          arg.kind = ArgSource::Kind::kParam;
-          arg.name = record.params[source.index].address;
-          op.parent_params.push_back(arg.name);
+          kind = ArgSource::Kind::kParam;
+          name = &(*record.param_addresses)[source.index];
+          op.parent_params.push_back(*name);
           break;
         case SourceRecord::Kind::kConstant:
-          arg.kind = ArgSource::Kind::kConstant;
+          kind = ArgSource::Kind::kConstant;
           break;
         case SourceRecord::Kind::kNone:
-          arg.kind = ArgSource::Kind::kNone;
           break;
       }
-      if (node.kind == NodeRecord::Kind::kOp) op.arg_sources.push_back(std::move(arg));
+      if (keep_sources) {
+        op.arg_sources.push_back(
+            ArgSource{kind, name != nullptr ? *name : std::string(), source.output_index});
+      }
     }
     if (node.kind != NodeRecord::Kind::kOp || !record.saved_values) continue;
     if (node.rng_slot >= 0) op.rng_state = record.slots[node.rng_slot];
@@ -162,38 +172,16 @@ Trace BuildTrace(CaptureRecord record) {
     }
   }
 
-  // Address-level metadata.
-  std::map<std::string, Buffer>& buffers = parts.buffers;
+  // Address-level metadata; modules and parameters are shared with the model's layout.
   for (const BufferRecord& buffer : record.buffers) {
-    Buffer& entry = buffers[buffer.address];
+    Buffer& entry = parts.buffers[buffer.address];
     entry.address = buffer.address;
     entry.initial_value = buffer.initial_value;
     entry.final_value = buffer.final_value;
-    entry.module_address = record.module_addresses[buffer.module];
+    entry.module_address = module_address(buffer.module);
   }
-  std::map<std::string, Param>& params = parts.params;
-  for (const ParamRecord& param : record.params) {
-    params[param.address] =
-        Param{param.address, param.shape, record.module_addresses[param.module]};
-  }
-  std::map<std::string, Module>& modules = parts.modules;
-  for (const ModuleRecord& module : record.modules) {
-    Module& entry = modules[module.address];
-    entry.address = module.address;
-    entry.type_name = module.type_name;
-  }
-  auto owners = [&modules](const std::string& address, auto member) {
-    // The root and every module whose address is a dotted prefix of `address`.
-    if (auto root = modules.find(""); root != modules.end()) (root->second.*member).push_back(address);
-    for (size_t dot = address.find('.'); dot != std::string::npos;
-         dot = address.find('.', dot + 1)) {
-      auto it = modules.find(address.substr(0, dot));
-      if (it != modules.end()) (it->second.*member).push_back(address);
-    }
-  };
-  for (const BufferRecord& buffer : record.buffers) owners(buffer.address, &Module::buffers);
-  for (const ParamRecord& param : record.params) owners(param.address, &Module::params);
-
+  parts.modules = std::move(record.modules);
+  parts.params = std::move(record.params);
   parts.diagnostics = std::move(record.diagnostics);
   parts.has_saved_values = record.saved_values;
   parts.training = record.training;

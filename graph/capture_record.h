@@ -10,6 +10,8 @@
 #define TORCHLENS_GRAPH_CAPTURE_RECORD_H_
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,17 +73,6 @@ struct BufferRecord {
   at::Tensor final_value;    // a copy of the last version's value (kept even unsaved)
 };
 
-struct ParamRecord {
-  std::string address;
-  std::vector<int64_t> shape;
-  int32_t module = 0;
-};
-
-struct ModuleRecord {
-  std::string address;
-  std::string type_name;
-};
-
 struct CaptureRecord {
   std::vector<NodeRecord> nodes;
   std::vector<c10::IValue> args;       // saved op arguments (see NodeRecord)
@@ -91,10 +82,16 @@ struct CaptureRecord {
   std::vector<at::Tensor> slots;       // saved tensor values
 
   std::vector<c10::OperatorName> operators;  // distinct operators, by first use
-  std::vector<std::string> module_addresses; // interned; index 0 is the root ""
-  std::vector<ModuleRecord> modules;         // every module of the model
-  std::vector<BufferRecord> buffers;         // every registered buffer
-  std::vector<ParamRecord> params;           // every parameter
+  // Module ids index `module_addresses` (the model's, shared; 0 is the root ""), then
+  // `extra_module_addresses`.
+  std::shared_ptr<const std::vector<std::string>> module_addresses;
+  std::vector<std::string> extra_module_addresses;
+  std::vector<BufferRecord> buffers;  // every registered buffer
+  // Param ids (SourceRecord::kParam) index this.
+  std::shared_ptr<const std::vector<std::string>> param_addresses;
+  // Shared by every trace of the model.
+  std::shared_ptr<const std::map<std::string, Module>> modules;
+  std::shared_ptr<const std::map<std::string, Param>> params;
   std::vector<TraceDiagnostic> diagnostics;
   bool saved_values = false;
   bool training = false;

@@ -97,8 +97,8 @@ Trace Trace::Assemble(TraceParts parts) {
   Trace trace;
   trace.ops_ = std::move(parts.ops);
   trace.buffers_ = std::move(parts.buffers);
-  trace.modules_ = std::move(parts.modules);
-  trace.params_ = std::move(parts.params);
+  if (parts.modules) trace.modules_ = std::move(parts.modules);
+  if (parts.params) trace.params_ = std::move(parts.params);
   trace.diagnostics_ = std::move(parts.diagnostics);
   trace.has_saved_values_ = parts.has_saved_values;
   trace.training_ = parts.training;
@@ -118,11 +118,13 @@ Trace Trace::Assemble(TraceParts parts) {
 void Trace::Index() {
   by_label_.clear();
   by_label_.reserve(ops_.size());
-  for (size_t i = 0; i < ops_.size(); ++i) by_label_.emplace(ops_[i].label, static_cast<int>(i));
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    by_label_.emplace(absl::string_view(ops_[i].label), static_cast<int>(i));
+  }
 }
 
 void Trace::Relink() {
-  if (by_label_.size() != ops_.size()) Index();
+  Index();  // the label views point into this object's ops
   for (auto& [address, buffer] : buffers_) {
     buffer.versions.clear();
     buffer.num_overwrites = 0;

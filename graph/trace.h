@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -161,8 +162,9 @@ class Trace;
 struct TraceParts {
   std::vector<Op> ops;
   std::map<std::string, Buffer> buffers;
-  std::map<std::string, Module> modules;
-  std::map<std::string, Param> params;
+  // Immutable, shared by the traces of one model (null means empty).
+  std::shared_ptr<const std::map<std::string, Module>> modules;
+  std::shared_ptr<const std::map<std::string, Param>> params;
   std::vector<TraceDiagnostic> diagnostics;
   bool has_saved_values = false;
   bool training = false;
@@ -184,8 +186,8 @@ class Trace {
   // closest labels) for an unknown one.
   absl::StatusOr<const Op*> Find(absl::string_view key) const;
   const std::map<std::string, Buffer>& buffers() const { return buffers_; }
-  const std::map<std::string, Module>& modules() const { return modules_; }
-  const std::map<std::string, Param>& params() const { return params_; }
+  const std::map<std::string, Module>& modules() const { return *modules_; }
+  const std::map<std::string, Param>& params() const { return *params_; }
   std::vector<const Op*> buffer_read_ops() const;   // is_buffer && !buffer_write_kind
   std::vector<const Op*> buffer_write_ops() const;  // is_buffer && buffer_write_kind
   std::vector<std::string> input_labels() const;
@@ -209,17 +211,23 @@ class Trace {
   void Relink();
 
  private:
+  template <typename T>
+  static std::shared_ptr<const std::map<std::string, T>> Empty() {
+    static const auto* empty = new std::shared_ptr<const std::map<std::string, T>>(
+        std::make_shared<const std::map<std::string, T>>());
+    return *empty;
+  }
   void Index();
 
   std::vector<Op> ops_;
   std::map<std::string, Buffer> buffers_;
-  std::map<std::string, Module> modules_;
-  std::map<std::string, Param> params_;
+  std::shared_ptr<const std::map<std::string, Module>> modules_ = Empty<Module>();
+  std::shared_ptr<const std::map<std::string, Param>> params_ = Empty<Param>();
   std::vector<TraceDiagnostic> diagnostics_;
   bool has_saved_values_ = false;
   bool training_ = false;
   CaptureStats stats_;
-  absl::flat_hash_map<std::string, int> by_label_;
+  absl::flat_hash_map<absl::string_view, int> by_label_;  // views into ops_ labels
 };
 
 }  // namespace torchlens

@@ -363,19 +363,23 @@ absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
       buffer.final_value = b.Tensor(d, "final_value");
       parts.buffers[buffer.address] = std::move(buffer);
     }
+    auto modules = std::make_shared<std::map<std::string, Module>>();
+    auto params = std::make_shared<std::map<std::string, Param>>();
     for (const c10::IValue& v : r.ListOf(root, "modules")) {
       Reader m("a module");
       const Dict d = m.DictAt(v);
       Module module{m.String(d, "address"), m.String(d, "type_name"), m.Strings(d, "buffers"),
                     m.Strings(d, "params")};
-      parts.modules[module.address] = std::move(module);
+      (*modules)[module.address] = std::move(module);
     }
     for (const c10::IValue& v : r.ListOf(root, "params")) {
       Reader p("a param");
       const Dict d = p.DictAt(v);
       Param param{p.String(d, "address"), p.Ints(d, "shape"), p.String(d, "module_address")};
-      parts.params[param.address] = std::move(param);
+      (*params)[param.address] = std::move(param);
     }
+    parts.modules = std::move(modules);
+    parts.params = std::move(params);
     for (const c10::IValue& v : r.ListOf(root, "diagnostics")) {
       Reader g("a diagnostic");
       const Dict d = g.DictAt(v);

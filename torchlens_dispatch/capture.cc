@@ -7,14 +7,14 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/nn/module.h>
 #include <torch/script.h>
 
 #include "absl/strings/str_cat.h"
 #include "graph/build_trace.h"
 #include "torchlens_dispatch/capture_key.h"
 #include "torchlens_dispatch/fallback.h"
-#include "torchlens_dispatch/jit_model.h"
-#include "torchlens_dispatch/nn_model.h"
+#include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/recorder.h"
 #include "torchlens_dispatch/script_runner.h"
 
@@ -22,8 +22,8 @@ namespace torchlens {
 
 // Thread state switched for the guard's lifetime, restored in reverse order.
 struct CaptureGuard::State {
-  explicit State(ModelState model, CaptureOptions options)
-      : recorder(std::move(model), options) {
+  State(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options)
+      : recorder(std::move(layout), training, options) {
     Recorder::SetCurrent(&recorder);
     include_key.emplace(kCaptureKey);
     unoptimized.emplace(false);
@@ -42,16 +42,17 @@ struct CaptureGuard::State {
 };
 
 CaptureGuard::CaptureGuard(torch::jit::Module& model, CaptureOptions options) {
-  if (Recorder::Current() == nullptr) Start(ReadModelState(model), options);
+  if (Recorder::Current() == nullptr) {
+    CaptureFallbackRegistered();
+    state_ = std::make_unique<State>(LayoutOf(model), model.is_training(), options);
+  }
 }
 
 CaptureGuard::CaptureGuard(torch::nn::Module& model, CaptureOptions options) {
-  if (Recorder::Current() == nullptr) Start(ReadModelState(model), options);
-}
-
-void CaptureGuard::Start(ModelState model, CaptureOptions options) {
-  CaptureFallbackRegistered();
-  state_ = std::make_unique<State>(std::move(model), options);
+  if (Recorder::Current() == nullptr) {
+    CaptureFallbackRegistered();
+    state_ = std::make_unique<State>(LayoutOf(model), model.is_training(), options);
+  }
 }
 
 CaptureGuard::~CaptureGuard() = default;

@@ -51,8 +51,6 @@ class Module;
 
 namespace torchlens {
 
-struct ModelState;
-
 // While alive, everything this thread dispatches is captured against `model`'s
 // registered buffers, parameters and submodules. Not copyable, not movable.
 class CaptureGuard {
@@ -83,7 +81,6 @@ class CaptureGuard {
 
  private:
   struct State;
-  void Start(ModelState model, CaptureOptions options);
 
   std::unique_ptr<State> state_;
   bool finished_ = false;

@@ -61,35 +61,32 @@ Recorder* Recorder::Current() { return current_recorder; }
 
 void Recorder::SetCurrent(Recorder* recorder) { current_recorder = recorder; }
 
-Recorder::Recorder(ModelState model, CaptureOptions options)
-    : model_(std::move(model)), options_(options), script_sites_(&module_addresses_) {
+Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training,
+                   CaptureOptions options)
+    : layout_(std::move(layout)),
+      options_(options),
+      module_addresses_(layout_->module_addresses, &layout_->module_ids),
+      script_sites_(&module_addresses_) {
   NoCapture no_capture(kCaptureKey);
   record_.saved_values = options_.save_activations;
-  record_.training = model_.training;
-  for (const ModuleHandle& module : model_.modules) {
-    record_.modules.push_back(ModuleRecord{module.address, module.type_name});
-    module_addresses_.Intern(module.address);
-  }
-  for (size_t i = 0; i < model_.params.size(); ++i) {
-    const ParamHandle& param = model_.params[i];
-    const int32_t module = module_addresses_.Intern(param.module_address);
-    record_.params.push_back(ParamRecord{param.address, param.tensor.sizes().vec(), module});
-    param_modules_.push_back(module);
-    TensorEntry entry;
-    entry.param = static_cast<int32_t>(i);
-    tensors_[param.tensor.unsafeGetTensorImpl()] = entry;
-  }
-  buffers_.resize(model_.buffers.size());
-  for (size_t i = 0; i < model_.buffers.size(); ++i) {
-    const BufferHandle& handle = model_.buffers[i];
-    const int32_t module = module_addresses_.Intern(handle.module_address);
-    buffer_modules_.push_back(module);
+  record_.training = training;
+  record_.module_addresses = layout_->module_addresses;
+  record_.param_addresses = layout_->param_addresses;
+  record_.modules = layout_->trace_modules;
+  record_.params = layout_->trace_params;
+  // Parameters are recognised on first use (AddUnseen), not registered one by one here:
+  // see NOTE [Model layouts].
+  buffers_.resize(layout_->buffers.size());
+  for (size_t i = 0; i < layout_->buffers.size(); ++i) {
+    const ModelLayout::BufferEntry& entry = layout_->buffers[i];
     BufferState& buffer = buffers_[i];
-    buffer.handle = handle;
-    buffer.latest = Snapshot(handle.tensor);
-    record_.buffers.push_back(BufferRecord{handle.address, module, buffer.latest});
-    SetHolder(static_cast<int32_t>(i), handle.tensor);
-    if (handle.assigned_in_code) assigned_buffers_.push_back(static_cast<int32_t>(i));
+    buffer.entry = &entry;
+    const at::Tensor tensor = CurrentBuffer(entry);
+    if (tensor.defined()) buffer.latest = Snapshot(tensor);
+    record_.buffers.push_back(BufferRecord{entry.address, entry.module, buffer.latest});
+    if (!tensor.defined()) continue;  // a slot holding None
+    SetHolder(static_cast<int32_t>(i), tensor);
+    if (entry.assigned_in_code) assigned_buffers_.push_back(static_cast<int32_t>(i));
   }
 }
 
@@ -200,7 +197,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   }
 
   NoCapture no_capture(kCaptureKey);
-  const ScriptSite site = model_.torchscript ? script_sites_.Current(symbol) : ScriptSite{};
+  const ScriptSite site = layout_->torchscript ? script_sites_.Current(symbol) : ScriptSite{};
   node.module = site.in_script ? site.module : std::max<int32_t>(owner_module, 0);
   node.op = op_index;
   node.layer = LayerOf(node.module, op_index, site);
@@ -250,49 +247,52 @@ void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
   tensors_.insert_or_assign(tensor.unsafeGetTensorImpl(), std::move(entry));
 }
 
+Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  if (auto param = layout_->param_ids.find(impl); param != layout_->param_ids.end()) {
+    TensorEntry entry;
+    entry.param = param->second;
+    if (options_.save_activations) entry.slot = Save(layout_->params[param->second].saved);
+    tensors_.insert_or_assign(impl, std::move(entry));
+    return Lookup(impl);
+  }
+  if (layout_->torchscript) {
+    // Perhaps a buffer slot now holds it: see NOTE [Buffer reassignment].
+    CheckAllBuffers();
+    if (TensorEntry* entry = Lookup(impl)) return entry;
+  }
+  // A tensor from outside the capture: an input, or a constant once inputs are marked.
+  TensorEntry outside;
+  if (tensor.has_storage()) {
+    auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+    outside.aliases_buffer = it != storages_.end() && !it->second.buffers.empty();
+  }
+  if (!inputs_marked_) {
+    outside.node = AddInputNode(tensor);
+    outside.slot = record_.outputs[record_.nodes[outside.node].outputs_begin].slot;
+  } else if (options_.save_activations) {
+    outside.slot = Save(tensor);
+  }
+  Remember(tensor, std::move(outside));
+  return Lookup(impl);
+}
+
 SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
                                int32_t* owner_module) {
   SourceRecord source;
   if (!tensor.defined()) return source;  // kNone
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
   TensorEntry* entry = Lookup(impl);
-  if (entry == nullptr && model_.torchscript) {
-    // Perhaps a buffer slot now holds it: see NOTE [Buffer reassignment].
-    CheckAllBuffers();
-    entry = Lookup(impl);
-  }
-  if (entry == nullptr) {
-    // A tensor from outside the capture.
-    TensorEntry outside;
-    if (tensor.has_storage()) {
-      auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
-      outside.aliases_buffer = it != storages_.end() && !it->second.buffers.empty();
-    }
-    if (!inputs_marked_) {
-      outside.node = AddInputNode(tensor);
-      outside.slot = record_.outputs[record_.nodes[outside.node].outputs_begin].slot;
-    } else if (options_.save_activations) {
-      outside.slot = Save(tensor);
-    }
-    Remember(tensor, std::move(outside));
-    entry = Lookup(impl);
-  }
+  if (entry == nullptr) entry = AddUnseen(tensor);
   if (entry->aliases_buffer) *touches_buffer = true;
   if (entry->buffer >= 0) {
     const int32_t buffer = entry->buffer;
-    if (*owner_module < 0) *owner_module = buffer_modules_[buffer];
+    if (*owner_module < 0) *owner_module = layout_->buffers[buffer].module;
     EnsureBufferVersion(buffer);
     entry = Lookup(impl);
   }
   if (entry->param >= 0) {
-    if (*owner_module < 0) *owner_module = param_modules_[entry->param];
-    if (options_.save_activations && entry->slot < 0) {
-      const int32_t param = entry->param;
-      const int32_t slot = Save(tensor);
-      entry = Lookup(impl);
-      entry->slot = slot;
-      entry->param = param;
-    }
+    if (*owner_module < 0) *owner_module = layout_->params[entry->param].module;
     source.kind = SourceRecord::Kind::kParam;
     source.index = entry->param;
   } else if (entry->node >= 0) {
@@ -488,22 +488,22 @@ void Recorder::SetHolder(int32_t buffer, const at::Tensor& tensor) {
 void Recorder::CheckAssignedBuffers() {
   record_.stats.buffer_slot_reads += static_cast<int64_t>(assigned_buffers_.size());
   for (int32_t buffer : assigned_buffers_) {
-    const BufferHandle& handle = buffers_[buffer].handle;
-    const c10::TensorImpl* now = handle.CurrentImpl();
-    if (now != nullptr && now != buffers_[buffer].holder.unsafeGetTensorImpl()) {
-      OnReassign(buffer, handle.Current());
+    const at::Tensor now = CurrentBuffer(*buffers_[buffer].entry);
+    if (now.defined() && now.unsafeGetTensorImpl() != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+      OnReassign(buffer, now);
     }
   }
 }
 
 void Recorder::CheckAllBuffers() {
   for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
-    const BufferHandle& handle = buffers_[buffer].handle;
-    if (!handle.owner) continue;
+    const ModelLayout::BufferEntry& entry = *buffers_[buffer].entry;
+    if (entry.owner == nullptr) continue;
     ++record_.stats.buffer_slot_reads;
-    const c10::TensorImpl* now = handle.CurrentImpl();
-    if (now != nullptr && now != buffers_[buffer].holder.unsafeGetTensorImpl()) {
-      OnReassign(static_cast<int32_t>(buffer), handle.Current());
+    const c10::IValue& slot = entry.owner->getSlot(entry.slot);
+    if (slot.isTensor() &&
+        slot.unsafeToTensorImpl() != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+      OnReassign(static_cast<int32_t>(buffer), slot.toTensor());
     }
   }
 }
@@ -582,16 +582,17 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   // last recorded version changed in a way capture could not see (set_data, a raw write).
   for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
     const BufferState& state = buffers_[buffer];
-    const at::Tensor now = state.handle.Current();
+    const at::Tensor now = CurrentBuffer(*state.entry);
     if (!now.defined() || SameValue(now, state.latest)) continue;
     TraceDiagnostic diagnostic;
-    diagnostic.address = state.handle.address;
+    const std::string& address = state.entry->address;
+    diagnostic.address = address;
     diagnostic.message = absl::StrCat(
-        "registered buffer \"", state.handle.address,
+        "registered buffer \"", address,
         "\" changed without a journaled write: its value at the end of capture differs from "
         "its last recorded version. Write buffers with copy_ or other in-place ops (also "
         "through views and slices) or by reassignment (self.",
-        state.handle.address.substr(state.handle.address.rfind('.') + 1),
+        address.substr(address.rfind('.') + 1),
         " = t in TorchScript), not with set_data or .data assignment; or set "
         "CaptureOptions::allow_unjournaled_writes to accept the change as a diagnostic");
     if (!options_.allow_unjournaled_writes) {
@@ -604,7 +605,7 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   }
   record_.stats.marked_sites = script_sites_.marked();
   record_.stats.interpreter_sites = script_sites_.asked();
-  record_.module_addresses = module_addresses_.Release();
+  record_.extra_module_addresses = module_addresses_.ReleaseExtra();
   return std::move(record_);
 }
 

@@ -57,14 +57,14 @@
 #include "graph/capture_record.h"
 #include "torchlens_dispatch/capture_options.h"
 #include "graph/fused_mutators.h"
-#include "torchlens_dispatch/model_state.h"
+#include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/script_sites.h"
 
 namespace torchlens {
 
 class Recorder {
  public:
-  Recorder(ModelState model, CaptureOptions options);
+  Recorder(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options);
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
@@ -110,7 +110,7 @@ class Recorder {
     absl::InlinedVector<int32_t, 2> saved_slots; // saved values living in this storage
   };
   struct BufferState {
-    BufferHandle handle;
+    const ModelLayout::BufferEntry* entry;  // in layout_
     at::Tensor holder;                    // the registered tensor as last seen
     std::vector<at::Tensor> former_holders;  // kept alive: see NOTE [Tensor identity]
     int64_t begin_byte = 0, end_byte = 0;    // range of `holder` in its storage
@@ -134,6 +134,8 @@ class Recorder {
   // Resolves one tensor argument to its source, creating input or buffer read nodes.
   SourceRecord Resolve(const at::Tensor& tensor, bool* touches_buffer, int32_t* owner_module);
   TensorEntry* Lookup(const c10::TensorImpl* impl);
+  // The entry of a tensor first seen now: a parameter (from the layout) or from outside.
+  TensorEntry* AddUnseen(const at::Tensor& tensor);
   int32_t AddInputNode(const at::Tensor& tensor);
   int32_t EnsureBufferVersion(int32_t buffer);  // the read version if none exists yet
   void AddOutput(const at::Tensor& tensor, int32_t slot);
@@ -158,7 +160,7 @@ class Recorder {
 
   int32_t LayerOf(int32_t module, int32_t op_index, const ScriptSite& site);
 
-  ModelState model_;
+  std::shared_ptr<const ModelLayout> layout_;
   CaptureOptions options_;
   CaptureRecord record_;
   ModuleAddresses module_addresses_;
@@ -174,8 +176,6 @@ class Recorder {
   absl::flat_hash_map<const c10::StorageImpl*, StorageEntry> storages_;
   std::vector<BufferState> buffers_;
   std::vector<int32_t> assigned_buffers_;  // buffers whose slot code may reassign
-  std::vector<int32_t> param_modules_;     // owning module id per parameter
-  std::vector<int32_t> buffer_modules_;    // owning module id per buffer
   absl::InlinedVector<PendingWrite, 4> pending_writes_;
 
   struct LayerKey {

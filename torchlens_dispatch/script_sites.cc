@@ -10,8 +10,10 @@
 namespace torchlens {
 
 int32_t ModuleAddresses::Intern(const std::string& address) {
-  auto [it, inserted] = ids_.emplace(address, static_cast<int32_t>(addresses_.size()));
-  if (inserted) addresses_.push_back(address);
+  if (auto it = base_ids_->find(address); it != base_ids_->end()) return it->second;
+  const int32_t next = static_cast<int32_t>(base_->size() + extra_.size());
+  auto [it, inserted] = extra_ids_.emplace(address, next);
+  if (inserted) extra_.push_back(address);
   return it->second;
 }
 
@@ -66,10 +68,17 @@ uint64_t MixPosition(uint64_t hash, const torch::jit::SourceRange& range) {
 ScriptSite ScriptSites::Current(c10::Symbol op) {
   // See NOTE [Site markers].
   if (const MarkedSite* marked = TakeMarkedSite(); marked != nullptr && marked->op == op) {
-    auto [it, inserted] = marked_modules_.try_emplace(marked, 0);
-    if (inserted) it->second = addresses_->Intern(marked->address);
+    if (marked->plan != plan_) {
+      plan_ = marked->plan;
+      marked_modules_.clear();
+    }
+    if (marked->index >= static_cast<int32_t>(marked_modules_.size())) {
+      marked_modules_.resize(marked->index + 1, -1);
+    }
+    int32_t& module = marked_modules_[marked->index];
+    if (module < 0) module = addresses_->Intern(marked->address);
     ++marked_;
-    return ScriptSite{true, it->second, marked->position};
+    return ScriptSite{true, module, marked->position};
   }
   ScriptSite site = FromInterpreter();
   asked_ += site.in_script ? 1 : 0;

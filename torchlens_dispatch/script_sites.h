@@ -15,6 +15,7 @@
 #define TORCHLENS_DISPATCH_SCRIPT_SITES_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ namespace torchlens {
 // user-level op, if that op is the node's operator; otherwise it asks the interpreter.
 // Marked sites live as long as the process (the private plans are never freed).
 struct MarkedSite {
+  const void* plan = nullptr;  // the private plan the site belongs to
+  int32_t index = 0;           // dense, within the plan
   c10::Symbol op;        // the node's operator, e.g. aten::linear
   std::string address;   // innermost module instance, as ParseModuleHierarchy gives it
   uint64_t position = 0; // as ScriptSites::Current computes it at run time
@@ -49,17 +52,22 @@ const MarkedSite* TakeMarkedSite();
 constexpr uint64_t kPositionSeed = 0x9e3779b97f4a7c15ULL;
 uint64_t MixPosition(uint64_t hash, const torch::jit::SourceRange& range);
 
-// Interned module addresses; id 0 is the root "".
+// Interned module addresses: the model's own (shared, id 0 is the root "") and any other
+// address the interpreter names, numbered after them.
 class ModuleAddresses {
  public:
-  ModuleAddresses() { Intern(""); }
+  ModuleAddresses(std::shared_ptr<const std::vector<std::string>> base,
+                  const absl::flat_hash_map<std::string, int32_t>* base_ids)
+      : base_(std::move(base)), base_ids_(base_ids) {}
   int32_t Intern(const std::string& address);
-  const std::vector<std::string>& addresses() const { return addresses_; }
-  std::vector<std::string> Release() { return std::move(addresses_); }
+  const std::shared_ptr<const std::vector<std::string>>& base() const { return base_; }
+  std::vector<std::string> ReleaseExtra() { return std::move(extra_); }
 
  private:
-  std::vector<std::string> addresses_;
-  absl::flat_hash_map<std::string, int32_t> ids_;
+  std::shared_ptr<const std::vector<std::string>> base_;
+  const absl::flat_hash_map<std::string, int32_t>* base_ids_;
+  std::vector<std::string> extra_;
+  absl::flat_hash_map<std::string, int32_t> extra_ids_;
 };
 
 struct ScriptSite {
@@ -81,7 +89,9 @@ class ScriptSites {
   ScriptSite FromInterpreter();
 
   ModuleAddresses* addresses_;
-  absl::flat_hash_map<const MarkedSite*, int32_t> marked_modules_;
+  // Module ids of the marked sites of the plan seen last, by site index (-1: not yet).
+  const void* plan_ = nullptr;
+  std::vector<int32_t> marked_modules_;
   int64_t marked_ = 0;
   int64_t asked_ = 0;
   // The previous op's hierarchy and what it parsed to: consecutive ops mostly share it.

@@ -1,0 +1,162 @@
+// ModelLayout of TorchScript modules, cached (see NOTE [Model layouts]).
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/script.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "torchlens_dispatch/layout_builder.h"
+#include "torchlens_dispatch/model_layout.h"
+
+namespace torchlens {
+namespace {
+
+using AssignedAttributes = absl::flat_hash_set<std::pair<const c10::ClassType*, std::string>>;
+
+// (class type, attribute name) pairs assigned by prim::SetAttr anywhere in `block`.
+void CollectSetAttrs(const torch::jit::Block* block, AssignedAttributes* out) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::SetAttr) {
+      if (auto type = node->input(0)->type()->cast<c10::ClassType>()) {
+        out->emplace(type.get(), node->s(c10::attr::name));
+      }
+    }
+    for (const torch::jit::Block* inner : node->blocks()) CollectSetAttrs(inner, out);
+  }
+}
+
+void CollectAssignments(const c10::ClassType& type, AssignedAttributes* out) {
+  for (torch::jit::Function* method : type.methods()) {
+    if (method->isGraphFunction()) {
+      CollectSetAttrs(torch::jit::toGraphFunction(*method).graph()->block(), out);
+    }
+  }
+}
+
+std::string Join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : absl::StrCat(prefix, ".", name);
+}
+
+std::string TypeName(const c10::ClassType& type) {
+  return ShortTypeName(type.name() ? type.name()->qualifiedName() : std::string("Module"));
+}
+
+// One walk over the object tree in attribute-slot order.
+void Walk(const c10::intrusive_ptr<c10::ivalue::Object>& object, const std::string& address,
+          ModelLayout* layout, std::vector<std::pair<std::string, std::string>>* modules,
+          AssignedAttributes* assigned, absl::flat_hash_set<const c10::ClassType*>* scanned) {
+  const c10::ClassTypePtr type = object->type();
+  if (scanned->insert(type.get()).second) CollectAssignments(*type, assigned);
+  modules->emplace_back(address, TypeName(*type));
+  const size_t attributes = type->numAttributes();
+  layout->checks.push_back(ModelLayout::SlotCheck{
+      object.get(), SIZE_MAX, reinterpret_cast<const void*>(object->slots().size())});
+  for (size_t slot = 0; slot < attributes; ++slot) {
+    const c10::IValue& value = object->getSlot(slot);
+    if (type->is_parameter(slot)) {
+      if (value.isTensor()) {
+        layout->params.push_back(ModelLayout::ParamEntry{
+            Join(address, type->getAttributeName(slot)), 0, value.toTensor(), at::Tensor()});
+        layout->checks.push_back(
+            ModelLayout::SlotCheck{object.get(), slot, value.unsafeToTensorImpl()});
+      }
+    } else if (type->is_buffer(slot)) {
+      if (value.isTensor()) {
+        ModelLayout::BufferEntry buffer;
+        buffer.address = Join(address, type->getAttributeName(slot));
+        buffer.owner = object.get();
+        buffer.slot = slot;
+        layout->buffers.push_back(std::move(buffer));
+      }
+    } else if (type->getAttribute(slot)->is_module() && value.isObject()) {
+      layout->checks.push_back(ModelLayout::SlotCheck{object.get(), slot, &value.toObjectRef()});
+      Walk(value.toObject(), Join(address, type->getAttributeName(slot)), layout, modules,
+           assigned, scanned);
+    }
+  }
+}
+
+std::shared_ptr<const ModelLayout> Read(const torch::jit::Module& model) {
+  auto layout = std::make_shared<ModelLayout>();
+  layout->torchscript = true;
+  std::vector<std::pair<std::string, std::string>> modules;
+  AssignedAttributes assigned;
+  absl::flat_hash_set<const c10::ClassType*> scanned;
+  Walk(model._ivalue(), "", layout.get(), &modules, &assigned, &scanned);
+  for (ModelLayout::BufferEntry& buffer : layout->buffers) {
+    const c10::ClassTypePtr type = buffer.owner->type();
+    buffer.assigned_in_code = assigned.contains({type.get(), type->getAttributeName(buffer.slot)});
+  }
+  FinishLayout(std::move(modules), layout.get());
+  return layout;
+}
+
+// Whether `layout` still describes the model: the same objects holding the same
+// submodules and parameter tensors, with the same number of attributes. No allocation.
+bool Matches(const ModelLayout& layout, const c10::ivalue::Object* root) {
+  if (layout.checks.empty() || layout.checks.front().object != root) return false;
+  for (const ModelLayout::SlotCheck& check : layout.checks) {
+    const std::vector<c10::IValue>& slots = check.object->slots();
+    if (check.slot == SIZE_MAX) {
+      if (reinterpret_cast<const void*>(slots.size()) != check.expected) return false;
+      continue;
+    }
+    if (check.slot >= slots.size()) return false;
+    const c10::IValue& value = slots[check.slot];
+    const void* actual = value.isTensor()   ? static_cast<const void*>(value.unsafeToTensorImpl())
+                         : value.isObject() ? static_cast<const void*>(&value.toObjectRef())
+                                            : nullptr;
+    if (actual != check.expected) return false;
+  }
+  return true;
+}
+
+class LayoutCache {
+ public:
+  std::shared_ptr<const ModelLayout> Get(const torch::jit::Module& model) {
+    const c10::ivalue::Object* root = model._ivalue().get();
+    {
+      absl::MutexLock lock(&mutex_);
+      for (Entry& entry : entries_) {
+        if (entry.root.expired() || entry.root_address != root) continue;
+        if (Matches(*entry.layout, root)) return entry.layout;
+      }
+    }
+    std::shared_ptr<const ModelLayout> layout = Read(model);
+    absl::MutexLock lock(&mutex_);
+    // Forget models that died, and the oldest beyond the bound.
+    entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                  [&](const Entry& e) { return e.root.expired() || e.root_address == root; }),
+                   entries_.end());
+    if (entries_.size() >= kMaxModels) entries_.erase(entries_.begin());
+    entries_.push_back(Entry{c10::weak_intrusive_ptr<c10::ivalue::Object>(model._ivalue()), root, layout});
+    return layout;
+  }
+
+ private:
+  static constexpr size_t kMaxModels = 16;
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::ivalue::Object> root;
+    const c10::ivalue::Object* root_address;
+    std::shared_ptr<const ModelLayout> layout;
+  };
+  absl::Mutex mutex_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace
+
+std::shared_ptr<const ModelLayout> LayoutOf(const torch::jit::Module& model) {
+  static LayoutCache* cache = new LayoutCache();  // used until exit
+  return cache->Get(model);
+}
+
+}  // namespace torchlens

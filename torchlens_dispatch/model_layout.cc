@@ -1,0 +1,86 @@
+#include "torchlens_dispatch/model_layout.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
+#include "torchlens_dispatch/layout_builder.h"
+
+namespace torchlens {
+
+at::Tensor CurrentBuffer(const ModelLayout::BufferEntry& buffer) {
+  if (buffer.owner == nullptr) return buffer.tensor;
+  const c10::IValue& value = buffer.owner->getSlot(buffer.slot);
+  return value.isTensor() ? value.toTensor() : at::Tensor();
+}
+
+std::string ShortTypeName(const std::string& qualified) {
+  absl::string_view name = qualified;
+  for (absl::string_view separator : {"::", "."}) {
+    if (const size_t at = name.rfind(separator); at != absl::string_view::npos) {
+      name = name.substr(at + separator.size());
+    }
+  }
+  if (absl::EndsWith(name, "Impl") && name.size() > 4) name.remove_suffix(4);
+  return std::string(name);
+}
+
+std::string OwnerAddress(const std::string& address) {
+  const size_t dot = address.rfind('.');
+  return dot == std::string::npos ? std::string() : address.substr(0, dot);
+}
+
+void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, ModelLayout* layout) {
+  auto addresses = std::make_shared<std::vector<std::string>>();
+  auto trace_modules = std::make_shared<std::map<std::string, Module>>();
+  addresses->push_back("");
+  layout->module_ids.emplace("", 0);
+  for (auto& [address, type_name] : modules) {
+    if (layout->module_ids.emplace(address, static_cast<int32_t>(addresses->size())).second) {
+      addresses->push_back(address);
+    }
+    Module& module = (*trace_modules)[address];
+    module.address = address;
+    module.type_name = std::move(type_name);
+  }
+  auto module_of = [&](const std::string& owner) -> int32_t {
+    auto it = layout->module_ids.find(owner);
+    if (it != layout->module_ids.end()) return it->second;
+    const int32_t id = static_cast<int32_t>(addresses->size());
+    addresses->push_back(owner);
+    layout->module_ids.emplace(owner, id);
+    return id;
+  };
+  // Every module whose address is a dotted prefix of `address`, the root included, owns it.
+  auto add_to_owners = [&](const std::string& address, std::vector<std::string> Module::*member) {
+    if (auto root = trace_modules->find(""); root != trace_modules->end()) {
+      (root->second.*member).push_back(address);
+    }
+    for (size_t dot = address.find('.'); dot != std::string::npos; dot = address.find('.', dot + 1)) {
+      auto it = trace_modules->find(address.substr(0, dot));
+      if (it != trace_modules->end()) (it->second.*member).push_back(address);
+    }
+  };
+  auto param_addresses = std::make_shared<std::vector<std::string>>();
+  auto trace_params = std::make_shared<std::map<std::string, Param>>();
+  for (size_t i = 0; i < layout->params.size(); ++i) {
+    ModelLayout::ParamEntry& param = layout->params[i];
+    const std::string owner = OwnerAddress(param.address);
+    param.module = module_of(owner);
+    param.saved = param.tensor.requires_grad() ? param.tensor.detach() : param.tensor;
+    layout->param_ids.emplace(param.tensor.unsafeGetTensorImpl(), static_cast<int32_t>(i));
+    param_addresses->push_back(param.address);
+    (*trace_params)[param.address] = Param{param.address, param.tensor.sizes().vec(), owner};
+    add_to_owners(param.address, &Module::params);
+  }
+  for (ModelLayout::BufferEntry& buffer : layout->buffers) {
+    buffer.module = module_of(OwnerAddress(buffer.address));
+    add_to_owners(buffer.address, &Module::buffers);
+  }
+  layout->module_addresses = std::move(addresses);
+  layout->param_addresses = std::move(param_addresses);
+  layout->trace_modules = std::move(trace_modules);
+  layout->trace_params = std::move(trace_params);
+}
+
+}  // namespace torchlens

@@ -1,0 +1,97 @@
+// A model's registered structure as the capture sees it: modules, parameters and buffers,
+// addressed exactly as `named_modules()`, `named_parameters()` and `named_buffers()` name
+// them.
+//
+// NOTE [Model layouts]
+// Reading a model's structure costs string building per module and parameter, which on a
+// model of thousands of layers is more than the capture of its ops. A layout is therefore
+// immutable and shared: every capture of the same TorchScript model reuses it, after
+// checking in one pass without allocation that the object tree still has the same modules
+// of the same types holding the same parameter tensors (otherwise it is read again). The
+// trace metadata derived from it (the `modules()` and `params()` maps) is built once and
+// shared by every trace of the model. Buffers are not cached by value: each capture reads
+// the tensors the buffer slots hold now. torch::nn modules are read on every capture.
+#ifndef TORCHLENS_DISPATCH_MODEL_LAYOUT_H_
+#define TORCHLENS_DISPATCH_MODEL_LAYOUT_H_
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "graph/trace.h"
+
+namespace torch {
+namespace jit {
+struct Module;
+}  // namespace jit
+namespace nn {
+class Module;
+}  // namespace nn
+}  // namespace torch
+
+namespace torchlens {
+
+struct ModelLayout {
+  bool torchscript = false;
+
+  // Module ids index these; 0 is the root "".
+  std::shared_ptr<const std::vector<std::string>> module_addresses;
+  absl::flat_hash_map<std::string, int32_t> module_ids;
+
+  struct ParamEntry {
+    std::string address;
+    int32_t module = 0;
+    at::Tensor tensor;
+    at::Tensor saved;  // what traces keep: detached when the parameter requires grad
+  };
+  std::vector<ParamEntry> params;
+  std::shared_ptr<const std::vector<std::string>> param_addresses;
+  absl::flat_hash_map<const c10::TensorImpl*, int32_t> param_ids;
+
+  struct BufferEntry {
+    std::string address;
+    int32_t module = 0;
+    // TorchScript: the object whose attribute slot holds the buffer (valid while the model
+    // lives), so that reassignments (`self.h = t`) can be seen by reading the slot.
+    c10::ivalue::Object* owner = nullptr;
+    size_t slot = 0;
+    bool assigned_in_code = false;  // some method's code has a prim::SetAttr for it
+    at::Tensor tensor;              // torch::nn: the registered tensor (never reassigned)
+  };
+  std::vector<BufferEntry> buffers;
+
+  // Trace metadata, shared by every trace of the model.
+  std::shared_ptr<const std::map<std::string, Module>> trace_modules;
+  std::shared_ptr<const std::map<std::string, Param>> trace_params;
+
+  // TorchScript: what the layout was read from, checked before reuse. In walk order
+  // (pre-order), each object's slot count, then the identity of the value each of its
+  // module and parameter slots held: an object is checked only after the slot of its
+  // parent that leads to it, so a replaced submodule is never dereferenced.
+  struct SlotCheck {
+    const c10::ivalue::Object* object;
+    size_t slot;           // SIZE_MAX: check the object's slot count instead
+    const void* expected;  // the child object or parameter TensorImpl; the slot count
+  };
+  std::vector<SlotCheck> checks;
+};
+
+// The tensor a buffer entry's slot holds now (undefined if the slot holds None).
+at::Tensor CurrentBuffer(const ModelLayout::BufferEntry& buffer);
+
+// The layout of `model`, from the cache when the model is unchanged (see the NOTE).
+std::shared_ptr<const ModelLayout> LayoutOf(const torch::jit::Module& model);
+std::shared_ptr<const ModelLayout> LayoutOf(const torch::nn::Module& model);
+
+// "Linear" from "__torch__.torch.nn.modules.linear.Linear" or "torch::nn::LinearImpl".
+std::string ShortTypeName(const std::string& qualified);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_DISPATCH_MODEL_LAYOUT_H_
