@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <new>
+#include <string>
 #include <utility>
 
 #include <ATen/core/Tensor.h>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/ivalue_tensors.h"
 #include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/testing.h"
 
 namespace torchlens {
 namespace {
@@ -54,6 +57,8 @@ bool SameValue(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor Snapshot(const at::Tensor& tensor) { return tensor.detach().clone(); }
+
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace
 
@@ -120,6 +125,12 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
 
 void Recorder::OnOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                     torch::jit::Stack* stack) {
+  if (inert_) {
+    // NOTE [Capture failures]: after a failure the model just runs.
+    NoCapture hide_nested(kCaptureKey);
+    op.redispatchBoxed(keys & kBelowCaptureKey, stack);
+    return;
+  }
   if (depth_ > 0) {
     OnNestedOp(op, keys, stack);
   } else {
@@ -134,55 +145,24 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   const size_t sources_mark = record_.sources.size();
   NodeRecord node;
   node.kind = NodeRecord::Kind::kOp;
-  const OpInfo* info = nullptr;
-  bool touches_buffer = false;
-  bool observe_nested = false;
-  int32_t owner_module = -1;
-  {
-    NoCapture no_capture(kCaptureKey);
-    info = &Info(op);
-    if (!assigned_buffers_.empty()) CheckAssignedBuffers();
-    const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, info->num_arguments);
-    node.sources_begin = static_cast<int32_t>(record_.sources.size());
-    for (const c10::IValue& arg : args) {
-      ForEachTensor(arg, [&](const at::Tensor& tensor) {
-        SourceRecord source = Resolve(tensor, &touches_buffer, &owner_module);
-        record_.sources.push_back(source);
-      });
-    }
-    node.sources_end = static_cast<int32_t>(record_.sources.size());
-    if (options_.save_activations) {
-      node.args_begin = static_cast<int32_t>(record_.args.size());
-      record_.args.insert(record_.args.end(), args.begin(), args.end());
-      node.args_end = static_cast<int32_t>(record_.args.size());
-    }
-    pending_writes_.clear();
-    for (uint32_t a : info->written_arguments) {
-      ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kInplace); });
-    }
-    const bool fused = info->fused != nullptr && UpdatesState(*info->fused, args);
-    if (fused) {
-      for (int s = 0; s < info->fused->num_state_arguments; ++s) {
-        ForEachTensor(args[info->fused->state_arguments[s]],
-                      [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused); });
-      }
-    }
-    observe_nested = touches_buffer || fused;
-    if (info->random && options_.save_activations) {
-      // Replay draws the same numbers from this state (validation/replay.h).
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      node.rng_slot = SaveSnapshot(generator.get_state());
-    }
+  PreparedOp prepared;
+  // NOTE [Capture failures]: the capture's own failures (out of memory while saving) end
+  // the capture, never the model's forward pass.
+  try {
+    prepared = Prepare(op, stack, &node);
+  } catch (const std::exception& e) {
+    record_.args.resize(args_mark);
+    record_.sources.resize(sources_mark);
+    Abandon(e);
+    DepthGuard depth(&depth_);
+    NoCapture hide_nested(kCaptureKey);
+    op.redispatchBoxed(keys & kBelowCaptureKey, stack);
+    return;
   }
-  // Nested calls may add to op_infos_ and move `*info`.
-  const int32_t op_index = info->index;
-  const uint32_t num_returns = info->num_returns;
-  const c10::Symbol symbol = info->symbol;
 
   try {
     DepthGuard depth(&depth_);
-    if (observe_nested) {
+    if (prepared.observe_nested) {
       op.redispatchBoxed(keys & kBelowCaptureKey, stack);
     } else {
       NoCapture hide_nested(kCaptureKey);
@@ -192,26 +172,99 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     record_.args.resize(args_mark);
     record_.sources.resize(sources_mark);
     pending_writes_.clear();
-    if (failure_.empty()) failure_ = absl::StrCat(op.operator_name().name, ": ", e.what());
+    if (failure_.ok()) {
+      failure_ = absl::AbortedError(absl::StrCat(
+          "the forward pass threw while capturing (", op.operator_name().name, ": ",
+          FirstLine(e.what()), "); the trace would be incomplete. Fix the error and capture again"));
+    }
     throw;
   }
 
+  try {
+    Record(node, prepared, stack);
+  } catch (const std::exception& e) {
+    Abandon(e);
+  }
+}
+
+Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                                       NodeRecord* node) {
   NoCapture no_capture(kCaptureKey);
-  const ScriptSite site = layout_->torchscript ? script_sites_.Current(symbol) : ScriptSite{};
-  node.module = site.in_script ? site.module : std::max<int32_t>(owner_module, 0);
-  node.op = op_index;
-  node.layer = LayerOf(node.module, op_index, site);
+  PreparedOp prepared;
+  const OpInfo* info = &Info(op);
+  if (!assigned_buffers_.empty()) CheckAssignedBuffers();
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, info->num_arguments);
+  node->sources_begin = static_cast<int32_t>(record_.sources.size());
+  for (const c10::IValue& arg : args) {
+    ForEachTensor(arg, [&](const at::Tensor& tensor) {
+      SourceRecord source = Resolve(tensor, &prepared.touches_buffer, &prepared.owner_module);
+      record_.sources.push_back(source);
+    });
+  }
+  node->sources_end = static_cast<int32_t>(record_.sources.size());
+  if (options_.save_activations) {
+    node->args_begin = static_cast<int32_t>(record_.args.size());
+    record_.args.insert(record_.args.end(), args.begin(), args.end());
+    node->args_end = static_cast<int32_t>(record_.args.size());
+  }
+  pending_writes_.clear();
+  for (uint32_t a : info->written_arguments) {
+    ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kInplace); });
+  }
+  const bool fused = info->fused != nullptr && UpdatesState(*info->fused, args);
+  if (fused) {
+    for (int s = 0; s < info->fused->num_state_arguments; ++s) {
+      ForEachTensor(args[info->fused->state_arguments[s]],
+                    [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused); });
+    }
+  }
+  prepared.observe_nested = prepared.touches_buffer || fused;
+  if (info->random && options_.save_activations) {
+    // Replay draws the same numbers from this state (validation/replay.h).
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    node->rng_slot = SaveSnapshot(generator.get_state());
+  }
+  // Copied out: nested calls may add to op_infos_ and move `*info`.
+  prepared.op_index = info->index;
+  prepared.num_returns = info->num_returns;
+  prepared.symbol = info->symbol;
+  return prepared;
+}
+
+void Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack) {
+  NoCapture no_capture(kCaptureKey);
+  const ScriptSite site =
+      layout_->torchscript ? script_sites_.Current(prepared.symbol) : ScriptSite{};
+  node.module = site.in_script ? site.module : std::max<int32_t>(prepared.owner_module, 0);
+  node.op = prepared.op_index;
+  node.layer = LayerOf(node.module, prepared.op_index, site);
   const int32_t index = static_cast<int32_t>(record_.nodes.size());
   node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
   record_.nodes.push_back(node);
   int32_t output_index = 0;
-  for (const c10::IValue& value : torch::jit::last(*stack, num_returns)) {
+  for (const c10::IValue& value : torch::jit::last(*stack, prepared.num_returns)) {
     ForEachTensor(value, [&](const at::Tensor& tensor) {
-      RecordOpOutput(index, output_index++, tensor, touches_buffer);
+      RecordOpOutput(index, output_index++, tensor, prepared.touches_buffer);
     });
   }
   record_.nodes[index].outputs_end = static_cast<int32_t>(record_.outputs.size());
   CommitPendingWrites(index);
+}
+
+void Recorder::Abandon(const std::exception& e) {
+  pending_writes_.clear();
+  inert_ = true;
+  if (!failure_.ok()) return;
+  const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+                      std::string(e.what()).find("alloc") != std::string::npos;
+  const std::string message = absl::StrCat(
+      memory ? "out of memory while saving values during capture (" : "capture failed (",
+      FirstLine(e.what()),
+      "); the forward pass was not affected but the trace is incomplete and was dropped. ",
+      memory ? "Free memory, or capture with CaptureOptions::save_activations = false"
+             : "Report this with the model that triggers it");
+  failure_ = memory ? absl::ResourceExhaustedError(message) : absl::InternalError(message);
 }
 
 void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
@@ -345,7 +398,17 @@ void Recorder::AddOutput(const at::Tensor& tensor, int32_t slot) {
   record_.outputs.push_back(output);
 }
 
+namespace {
+// See FailSavesAfterForTesting (testing.h).
+thread_local int saves_until_failure = -1;
+}  // namespace
+
+void FailSavesAfterForTesting(int saves) { saves_until_failure = saves; }
+
 int32_t Recorder::Save(const at::Tensor& tensor) {
+  if (C10_UNLIKELY(saves_until_failure >= 0) && saves_until_failure-- == 0) {
+    throw std::bad_alloc();
+  }
   const int32_t slot = static_cast<int32_t>(record_.slots.size());
   // Saved values never hold the user's autograd graph alive.
   record_.slots.push_back(tensor.requires_grad() ? tensor.detach() : tensor);
@@ -546,11 +609,7 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   NoCapture no_capture(kCaptureKey);
   if (finished_) return absl::FailedPreconditionError("the capture already finished");
   finished_ = true;
-  if (!failure_.empty()) {
-    return absl::AbortedError(absl::StrCat(
-        "the forward pass threw while capturing (", failure_,
-        "); the trace would be incomplete. Fix the error and capture again"));
-  }
+  if (!failure_.ok()) return failure_;
   CheckAllBuffers();
   // Saved values that live in a buffer's storage (views of buffers) would change with the
   // model's next write, which no capture sees: copy them now (NOTE [Copy-on-write of

@@ -126,8 +126,21 @@ class Recorder {
   };
 
   const OpInfo& Info(const c10::OperatorHandle& op);
+  struct PreparedOp {
+    bool touches_buffer = false;
+    bool observe_nested = false;
+    int32_t owner_module = -1;
+    int32_t op_index = 0;
+    uint32_t num_returns = 0;
+    c10::Symbol symbol;
+  };
   void OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                 torch::jit::Stack* stack);
+  // Before the call: argument sources, saved arguments, copy-on-write, pending writes.
+  PreparedOp Prepare(const c10::OperatorHandle& op, torch::jit::Stack* stack, NodeRecord* node);
+  // After the call: the op node, its outputs, and the buffer versions it wrote.
+  void Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack);
+  void Abandon(const std::exception& e);
   void OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   torch::jit::Stack* stack);
 
@@ -169,7 +182,14 @@ class Recorder {
   int depth_ = 0;
   bool inputs_marked_ = false;
   bool finished_ = false;
-  std::string failure_;  // an exception that escaped a user-level op
+  // NOTE [Capture failures]
+  // Two things end a capture early. An exception from the model's forward pass propagates
+  // unchanged to the caller, and Finish reports kAborted. A failure of the capture's own
+  // work (out of memory while saving a value) must not change what the model computes:
+  // the recorder becomes inert (ops just run) and Finish reports kResourceExhausted with
+  // no trace, rather than a half-built trace presented as whole.
+  absl::Status failure_;
+  bool inert_ = false;
 
   absl::flat_hash_map<const void*, OpInfo> op_infos_;  // keyed by &op.schema()
   absl::flat_hash_map<const c10::TensorImpl*, TensorEntry> tensors_;

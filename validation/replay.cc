@@ -146,6 +146,7 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
   for (const c10::IValue& value : stack) {
     ForEachTensor(value, [&](const at::Tensor& t) { result.outputs.push_back(t); });
   }
+  result.returns = std::move(stack);
   return result;
 }
 

@@ -26,6 +26,7 @@ namespace torchlens {
 
 struct ReplayResult {
   std::vector<at::Tensor> outputs;  // every tensor return, in order (like Op::outs)
+  std::vector<c10::IValue> returns;  // the returns as the op gave them (scalars included)
   // For fused mutators that updated their state: the state arguments after the call,
   // paired with the argument index (see NOTE [Fused buffer writes]).
   std::vector<std::pair<int, at::Tensor>> state_after;

@@ -76,30 +76,40 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
       (actual != expected).sum().item<int64_t>(), " of ", actual.numel(), " elements differ");
 }
 
-// Perturbations of a saved value, strongest first; the op must react to one of them.
-std::vector<at::Tensor> Perturbations(const at::Tensor& value, at::Generator& generator) {
-  std::vector<at::Tensor> result;
-  if (value.scalar_type() == at::kBool) {
-    result.push_back(at::logical_not(value));
-  } else if (value.is_floating_point()) {
-    const double scale = value.abs().max().item<double>() + 1.0;
-    result.push_back(at::randn(value.sizes(), generator, value.options()) * (3.0 * scale));
-    result.push_back(-value - 1.0);
-    result.push_back(value + 1000.0 * scale);
-  } else if (value.is_complex()) {
-    result.push_back(-value - 1.0);
-  } else {
-    result.push_back(value + 1);
-    result.push_back(value - 1);
-    result.push_back(-value);
+// The `attempt`-th perturbation of a saved value (0, 1, 2), cheapest first; the op must
+// react to one of them. Every element changes in each.
+at::Tensor Perturbation(const at::Tensor& value, size_t attempt, at::Generator& generator) {
+  if (value.scalar_type() == at::kBool) return at::logical_not(value);
+  if (value.is_floating_point() || value.is_complex()) {
+    switch (attempt) {
+      case 0:
+        return at::rsub(value, -1.0);  // -1 - value, one kernel
+      case 1:
+        return value + 1000.0 * (value.abs().max().item<double>() + 1.0);
+      default:
+        return at::randn(value.sizes(), generator, value.options()) *
+               (3.0 * (value.abs().max().item<double>() + 1.0));
+    }
   }
-  return result;
+  switch (attempt) {
+    case 0:
+      return value + 1;
+    case 1:
+      return value - 1;
+    default:
+      return -value;
+  }
 }
 
-bool SameOutputs(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (Difference(a[i], b[i]).has_value()) return false;
+// Whether two runs of an op returned the same: tensors bit for bit, other values (the
+// Scalar of `item`, the bool of `equal`) by value.
+bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
+  if (a.outputs.size() != b.outputs.size() || a.returns.size() != b.returns.size()) return false;
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    if (Difference(a.outputs[i], b.outputs[i]).has_value()) return false;
+  }
+  for (size_t i = 0; i < a.returns.size(); ++i) {
+    if (!ContainsTensor(a.returns[i]) && !(a.returns[i] == b.returns[i])) return false;
   }
   return true;
 }
@@ -202,7 +212,7 @@ class Validator {
       }
     }
     CheckFusedTransitions(op, *replay);
-    CheckPerturbations(op, replay->outputs);
+    CheckPerturbations(op, *replay);
   }
 
   // NOTE [Fused buffer writes]: the re-run from the previous version's state must produce
@@ -246,7 +256,7 @@ class Validator {
     }
   }
 
-  void CheckPerturbations(const Op& op, const std::vector<at::Tensor>& outputs) {
+  void CheckPerturbations(const Op& op, const ReplayResult& unperturbed) {
     const FusedMutator* fused = FindFusedMutator(op.func_name);
     const std::vector<c10::IValue> plain = ReplayArguments(
         op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
@@ -282,12 +292,11 @@ class Validator {
         std::vector<c10::IValue> args = ReplayArguments(
             op, [&](int index, const ArgSource&, const at::Tensor& value) {
               if (std::find(indexes.begin(), indexes.end(), index) == indexes.end()) return value;
-              std::vector<at::Tensor> candidates = Perturbations(value, generator_);
-              return candidates[std::min(attempt, candidates.size() - 1)];
+              return Perturbation(value, attempt, generator_);
             });
         absl::StatusOr<ReplayResult> perturbed = ReplayOp(op, std::move(args));
         // An op that rejects the perturbed value depends on it too.
-        reacted = !perturbed.ok() || !SameOutputs(perturbed->outputs, outputs);
+        reacted = !perturbed.ok() || !SameReturns(*perturbed, unperturbed);
       }
       if (reacted) {
         ++report_.perturbations_checked;

@@ -1,0 +1,236 @@
+// Bad input, faults and faithfulness: every mistake a clear status, every fault contained.
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testdata/testdata.h"
+#include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/load_model.h"
+#include "torchlens_dispatch/testing.h"
+#include "validation/validate.h"
+
+namespace torchlens {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Temp(const std::string& name) { return absl::StrCat(testing::TempDir(), "/", name); }
+
+TEST(BadModelFileTest, EachProblemHasItsCodeAndNamesTheFile) {
+  absl::StatusOr<torch::jit::Module> missing = LoadTorchScript(Temp("missing.pt"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("missing.pt' does not exist"));
+
+  std::ofstream(Temp("empty.pt")).close();
+  absl::StatusOr<torch::jit::Module> empty = LoadTorchScript(Temp("empty.pt"));
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(empty.status().message()), HasSubstr("is empty"));
+
+  std::ifstream model("testdata/mlp.pt", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(model)), std::istreambuf_iterator<char>());
+  std::ofstream(Temp("truncated.pt"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  absl::StatusOr<torch::jit::Module> truncated = LoadTorchScript(Temp("truncated.pt"));
+  EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(truncated.status().message()),
+              HasSubstr("is not a complete TorchScript archive"));
+
+  std::ofstream(Temp("text.pt")) << "def forward(x): return x\n";
+  absl::StatusOr<torch::jit::Module> text = LoadTorchScript(Temp("text.pt"));
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("torch.jit.save"));
+
+  absl::StatusOr<torch::jit::Module> directory = LoadTorchScript(testing::TempDir());
+  EXPECT_EQ(directory.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(directory.status().message()), HasSubstr("is a directory"));
+}
+
+TEST(BadInputsTest, WrongShapeDtypeOrCountIsInvalidArgument) {
+  torch::jit::Module model = testdata::LoadModel("mlp");  // forward(x: [N, 4])
+  const std::vector<std::vector<c10::IValue>> bad = {
+      {torch::randn({2, 5})},                      // shape
+      {torch::ones({2, 4}, torch::kInt64)},        // dtype
+      {torch::randn({2, 4}), torch::randn({2, 4})},  // count
+      {},                                          // count
+      {c10::IValue(3)},                            // not a tensor
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    absl::StatusOr<Trace> trace = TraceModule(model, bad[i]);
+    EXPECT_EQ(trace.status().code(), absl::StatusCode::kInvalidArgument) << i;
+    EXPECT_THAT(std::string(trace.status().message()), HasSubstr("forward failed")) << i;
+    EXPECT_FALSE(c10::impl::tls_is_dispatch_key_included(kCaptureKey));
+  }
+  // The model and the thread are fine afterwards.
+  absl::StatusOr<Trace> good = TraceModule(model, testdata::Expected("mlp").inputs());
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->ops().size(), 5u);
+}
+
+// Throws from user code between ops (not from an op) on the third call.
+struct ThrowsImpl : torch::nn::Module {
+  ThrowsImpl() { counter = register_buffer("counter", torch::zeros({2})); }
+  torch::Tensor forward(torch::Tensor x) {
+    counter.add_(1.0);
+    if (++calls == 3) throw std::runtime_error("user code failed");
+    return x + counter;
+  }
+  int calls = 0;
+  torch::Tensor counter;
+};
+TORCH_MODULE(Throws);
+
+TEST(FaultsTest, ForwardThrowingFromUserCodeLeavesStateAsTheForwardLeftIt) {
+  Throws net;
+  net->calls = 2;
+  {
+    CaptureGuard guard(*net);
+    EXPECT_THROW(net->forward(torch::ones({2})), std::runtime_error);
+  }
+  // The buffer holds what the forward wrote before it threw, nothing more.
+  EXPECT_TRUE(torch::equal(net->counter, torch::ones({2})));
+  EXPECT_FALSE(c10::impl::tls_is_dispatch_key_included(kCaptureKey));
+  CaptureGuard guard(*net);
+  const torch::Tensor out = net->forward(torch::ones({2}));
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_TRUE(torch::equal(out, torch::full({2}, 3.0)));
+  const Buffer& counter = trace->buffers().at("counter");
+  EXPECT_TRUE(torch::equal(counter.initial_value, torch::ones({2})));
+  EXPECT_TRUE(torch::equal(counter.final_value, torch::full({2}, 2.0)));
+}
+
+TEST(FaultsTest, ForwardThrowingFromAnOpLeavesBuffersAsTheForwardLeftThem) {
+  // seed_recurrent's second tanh gets a shape error when x does not broadcast with h.
+  torch::jit::Module model = testdata::LoadModel("raises");
+  torch::jit::Module reference = testdata::LoadModel("raises");
+  const at::Tensor bad = -testdata::Expected("raises").input(0);
+  {
+    CaptureGuard guard(model);
+    EXPECT_ANY_THROW(model.forward({bad}));
+    absl::StatusOr<Trace> trace = guard.Finish(c10::IValue());
+    EXPECT_EQ(trace.status().code(), absl::StatusCode::kAborted);
+  }
+  EXPECT_ANY_THROW(reference.forward({bad}));
+  for (const char* name : {"fc.weight", "fc.bias"}) {
+    EXPECT_TRUE(torch::equal(model.attr("fc").toModule().attr(std::string(name).substr(3)).toTensor(),
+                             reference.attr("fc").toModule().attr(std::string(name).substr(3)).toTensor()));
+  }
+  absl::StatusOr<Trace> next = TraceModule(model, testdata::Expected("raises").inputs());
+  ASSERT_TRUE(next.ok()) << next.status();
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*next);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+}
+
+TEST(FaultsTest, AllocationFailureWhileSavingIsAnErrorNotAHalfTrace) {
+  torch::jit::Module model = testdata::LoadModel("convbn_train");
+  torch::jit::Module reference = testdata::LoadModel("convbn_train");
+  const std::vector<c10::IValue> inputs = testdata::Expected("convbn_train").inputs();
+  at::Tensor expected;
+  {
+    torch::jit::GraphOptimizerEnabledGuard same_settings(false);
+    expected = reference.forward(inputs).toTensor();
+  }
+  for (int saves : {0, 3, 7}) {
+    SCOPED_TRACE(saves);
+    torch::jit::Module m = testdata::LoadModel("convbn_train");
+    CaptureGuard guard(m);
+    FailSavesAfterForTesting(saves);
+    const c10::IValue out = m.forward(inputs);
+    FailSavesAfterForTesting(-1);
+    absl::StatusOr<Trace> trace = guard.Finish(out);
+    EXPECT_EQ(trace.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(trace.status().message()), HasSubstr("out of memory"));
+    // The model computed exactly what it computes without capture.
+    EXPECT_TRUE(torch::equal(out.toTensor(), expected));
+    EXPECT_TRUE(torch::equal(m.attr("bn").toModule().attr("running_mean").toTensor(),
+                             reference.attr("bn").toModule().attr("running_mean").toTensor()));
+  }
+  EXPECT_TRUE(TraceModule(model, inputs).ok());
+}
+
+// Every test model in train and eval mode: outputs, final buffers, and the parameters'
+// gradients after backward() are bit-identical with and without capture.
+TEST(FaithfulnessTest, CaptureNeverChangesResultsOrGradients) {
+  for (const char* name :
+       {"mlp", "convbn_train", "loop_reuse", "multi_output", "call_twice", "seed_recurrent",
+        "recurrent_loop", "mul_add", "copy_into", "slice_copy", "slice_assign", "read_only",
+        "add_then_mul", "bn1d_train", "bn2d_train", "instancenorm_train", "many_buffers",
+        "counter_cell", "causal_mask_bn", "demo", "bn_loop_train", "dropout_train",
+        "inplace_activation"}) {
+    for (bool train : {true, false}) {
+      SCOPED_TRACE(absl::StrCat(name, train ? " train" : " eval"));
+      const std::vector<c10::IValue> inputs = testdata::Expected(name).inputs();
+      auto run = [&](bool capture) {
+        torch::jit::Module model = testdata::LoadModel(name);
+        model.train(train);
+        torch::manual_seed(7);  // dropout draws the same numbers in both runs
+        torch::jit::GraphOptimizerEnabledGuard same_settings(false);
+        std::optional<CaptureGuard> guard;
+        if (capture) guard.emplace(model);
+        c10::IValue out = model.forward(inputs);
+        if (capture) EXPECT_TRUE(guard->Finish(out).ok());
+        guard.reset();
+        std::vector<at::Tensor> results;
+        at::Tensor loss = torch::zeros({});
+        auto add = [&](const at::Tensor& t) {
+          results.push_back(t.detach().clone());
+          if (t.is_floating_point() && t.requires_grad()) loss = loss + t.sum();
+        };
+        if (out.isTensor()) add(out.toTensor());
+        if (out.isTuple()) {
+          for (const c10::IValue& v : out.toTupleRef().elements()) add(v.toTensor());
+        }
+        for (const torch::jit::NameTensor& b : model.named_buffers()) add(b.value);
+        if (loss.requires_grad()) {
+          try {
+            loss.backward();
+          } catch (const c10::Error&) {
+            // inplace_activation overwrites relu's output in place: autograd refuses,
+            // with and without capture alike.
+            results.push_back(torch::full({1}, -12345.0));
+          }
+        }
+        for (const torch::jit::NameTensor& p : model.named_parameters()) {
+          results.push_back(p.value.grad().defined() ? p.value.grad().clone() : at::Tensor());
+        }
+        return results;
+      };
+      const std::vector<at::Tensor> plain = run(false);
+      const std::vector<at::Tensor> captured = run(true);
+      ASSERT_EQ(plain.size(), captured.size());
+      for (size_t i = 0; i < plain.size(); ++i) {
+        ASSERT_EQ(plain[i].defined(), captured[i].defined()) << i;
+        if (plain[i].defined()) EXPECT_TRUE(torch::equal(plain[i], captured[i])) << i;
+      }
+    }
+  }
+}
+
+TEST(LayoutTest, FollowsChangesToTheModel) {
+  torch::jit::Module model = testdata::LoadModel("mlp");
+  const std::vector<c10::IValue> inputs = testdata::Expected("mlp").inputs();
+  ASSERT_TRUE(TraceModule(model, inputs).ok());
+  // A new parameter tensor and a new buffer after the first capture.
+  torch::jit::Module fc1 = model.attr("fc1").toModule();
+  fc1.register_parameter("weight", torch::zeros({8, 4}), /*is_buffer=*/false);
+  model.register_buffer("extra", torch::ones({1}));
+  absl::StatusOr<Trace> trace = TraceModule(model, inputs);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->buffers().count("extra"), 1u);
+  const Op* linear = *trace->Find("linear_1_1:1");
+  EXPECT_EQ(linear->arg_sources[1].kind, ArgSource::Kind::kParam);
+  EXPECT_TRUE(torch::equal(linear->creation_args[1].toTensor(), torch::zeros({8, 4})));
+}
+
+}  // namespace
+}  // namespace torchlens
