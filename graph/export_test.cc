@@ -1,4 +1,5 @@
 // JSON export and trace files: round trips, and clear errors for bad files.
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -132,6 +133,30 @@ TEST(TraceFileTest, BadFilesGiveClearErrors) {
   absl::StatusOr<Trace> incomplete = ParseTraceFile(torch::jit::pickle_save(other));
   EXPECT_EQ(incomplete.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(incomplete.status().message()), HasSubstr("has no \"training\""));
+}
+
+// Regressions from fuzzing (NOTE [Untrusted archives]): a corrupted length field once made
+// LibTorch's unpickler ask for gigabytes, and a truncated zip made its reader read past the
+// buffer. Both are now clear errors before LibTorch allocates or reads.
+TEST(TraceFileTest, HugeLengthFieldsAreRejectedBeforeAllocating) {
+  const Trace trace = Capture("mlp");
+  const std::string path = Temp("mlp.lengths.pt");
+  ASSERT_TRUE(SaveTrace(trace, path).ok());
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string needle = std::string("X\x06\0\0\0format", 11);
+  auto at = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
+  ASSERT_NE(at, bytes.end());
+  std::vector<char> huge = bytes;
+  const size_t offset = at - bytes.begin();
+  huge[offset + 1] = '\x00';
+  huge[offset + 4] = '\x7f';  // a string of 2 GiB
+  absl::StatusOr<Trace> parsed = ParseTraceFile(huge);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("claims"));
+
+  std::vector<char> tail_cut(bytes.begin(), bytes.end() - 30);
+  EXPECT_EQ(ParseTraceFile(tail_cut).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JsonExportTest, MetadataWithAVersionedSchema) {

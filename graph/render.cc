@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "graph/summary.h"
 
 namespace torchlens {
@@ -185,12 +186,18 @@ absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOpt
         absl::StrCat("cannot render to '", path, "': the file name must end in .svg, .png or .pdf"));
   }
   const std::string dot = RenderDot(trace, options);
-  std::unique_ptr<GVC_t, int (*)(GVC_t*)> context(gvContext(), gvFreeContext);
+  // One Graphviz context for the process, used under a lock: Graphviz is not thread-safe,
+  // and freeing a context leaves its text-layout plugin's font cache dangling (a
+  // use-after-free in libgvplugin_pango on the next context, seen under ASan).
+  static absl::Mutex* graphviz_mutex = new absl::Mutex();
+  static GVC_t* graphviz = gvContext();
+  absl::MutexLock lock(graphviz_mutex);
+  GVC_t* const context = graphviz;
   if (context == nullptr) return absl::InternalError("Graphviz: cannot create a context");
   Agraph_t* graph = agmemread(dot.c_str());
   if (graph == nullptr) return absl::InternalError("Graphviz: cannot parse the generated DOT");
   absl::Status status;
-  if (gvLayout(context.get(), graph, "dot") != 0) {
+  if (gvLayout(context, graph, "dot") != 0) {
     status = absl::InternalError("Graphviz: layout failed");
   } else {
     FILE* file = std::fopen(path.c_str(), "wb");
@@ -199,17 +206,25 @@ absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOpt
                                             : absl::StatusCode::kPermissionDenied,
                             absl::StrCat("cannot write '", path, "': ", std::strerror(errno)));
     } else {
-      if (gvRender(context.get(), graph, format.c_str(), file) != 0) {
+      if (gvRender(context, graph, format.c_str(), file) != 0) {
         status = absl::InternalError(absl::StrCat("Graphviz: rendering ", format, " failed"));
       }
       if (std::fclose(file) != 0 && status.ok()) {
         status = absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
       }
     }
-    gvFreeLayout(context.get(), graph);
+    gvFreeLayout(context, graph);
   }
   agclose(graph);
   return status;
 }
 
 }  // namespace torchlens
+
+// LeakSanitizer (tools/bazelw test --config=asan): Graphviz's text layout loads fontconfig,
+// pango and cairo, which keep font caches for the life of the process by design. Only a
+// LeakSanitizer build calls this hook.
+extern "C" const char* __lsan_default_suppressions() {
+  return "leak:libfontconfig.so\nleak:libpango\nleak:libcairo.so\nleak:libgvc.so\n"
+         "leak:libgvplugin_\nleak:libglib-2.0.so\nleak:libgobject-2.0.so\n";
+}

@@ -1,5 +1,6 @@
 #include "graph/trace_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -9,13 +10,33 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "graph/archive_check.h"
 
 namespace torchlens {
 namespace {
+
+// Reads of a byte buffer that never go past its end (see LoadPickled).
+class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(const std::vector<char>& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
+    if (pos >= bytes_.size()) return 0;
+    const size_t available = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, available);
+    return available;
+  }
+
+ private:
+  const std::vector<char>& bytes_;
+};
 
 using Dict = c10::impl::GenericDict;
 using List = c10::impl::GenericList;
@@ -327,15 +348,29 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path) {
   return trace;
 }
 
-absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
-  c10::IValue value;
+absl::StatusOr<c10::IValue> LoadPickled(const std::vector<char>& bytes) {
+  // NOTE [Untrusted archives]
+  if (absl::Status checked = CheckTorchArchive(bytes); !checked.ok()) return checked;
   try {
-    value = torch::jit::pickle_load(bytes);
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
+    return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                             /*type_resolver=*/c10::nullopt,
+                                             /*obj_loader=*/c10::nullopt,
+                                             /*device=*/c10::nullopt, reader);
   } catch (const std::exception& e) {
     const std::string what = e.what();
     return absl::InvalidArgumentError(absl::StrCat(
-        "not a readable trace file (truncated or corrupt?): ", what.substr(0, what.find('\n'))));
+        "not a torch.save file (truncated or corrupt?): ", what.substr(0, what.find('\n'))));
   }
+}
+
+absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
+  absl::StatusOr<c10::IValue> loaded = LoadPickled(bytes);
+  if (!loaded.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a readable trace file: ", loaded.status().message()));
+  }
+  const c10::IValue value = *std::move(loaded);
   try {
     Reader r("the trace file");
     const Dict root = r.DictAt(value);

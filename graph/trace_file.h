@@ -37,6 +37,11 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path);
 // The same, from the bytes of a file (for tests and fuzzing).
 absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes);
 
+// The value in bytes written by `torch.save` / `torch::pickle_save`: `torch::pickle_load`
+// with reads bounded by the buffer (LibTorch 1.13's own reader trusts the archive's
+// offsets and reads past the end of a truncated one). kInvalidArgument for anything else.
+absl::StatusOr<c10::IValue> LoadPickled(const std::vector<char>& bytes);
+
 }  // namespace torchlens
 
 #endif  // TORCHLENS_GRAPH_TRACE_FILE_H_

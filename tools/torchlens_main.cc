@@ -56,15 +56,13 @@ absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
     return absl::NotFoundError(absl::StrCat("cannot read input file '", path, "'"));
   }
   std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(bytes);
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    return absl::InvalidArgumentError(
-        absl::StrCat("input file '", path, "' is not a tensor saved with torch.save (",
-                     what.substr(0, what.find('\n')), ")"));
+  absl::StatusOr<c10::IValue> loaded = LoadPickled(bytes);
+  if (!loaded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("input file '", path,
+                                                   "' is not a tensor saved with torch.save (",
+                                                   loaded.status().message(), ")"));
   }
+  const c10::IValue value = *std::move(loaded);
   std::vector<c10::IValue> inputs;
   if (value.isTensor()) {
     inputs.push_back(value);

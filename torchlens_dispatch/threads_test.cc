@@ -6,13 +6,17 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/torch.h>
 #include <torch/script.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
 #include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/capture_key.h"
+#include "validation/validate.h"
 
 namespace torchlens {
 namespace {
@@ -86,6 +90,63 @@ TEST(ThreadsTest, TwoThreadsCaptureDifferentModelsAtOnce) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace torchlens
+
+namespace torchlens {
+namespace {
+
+// 8 threads run inference on one shared TorchScript model; 2 of them capture repeatedly.
+// Every uncaptured output equals the reference, every trace is complete and validates,
+// and nothing leaks across threads (an uncaptured thread never sees the capture key).
+TEST(ThreadsTest, StressEightThreadsTwoCapturing) {
+  // An inference model that writes no state (demo.pt counts its calls in a buffer, which
+  // concurrent forwards race on: captures rightly report that as an unjournaled change).
+  torch::jit::Module model = testdata::LoadModel("convbn_eval");
+  testdata::Expected expected("convbn_eval");
+  const at::Tensor reference = RunReference(model, expected);
+  absl::StatusOr<Trace> single = TraceModule(model, expected.inputs());
+  ASSERT_TRUE(single.ok()) << single.status();
+  const std::vector<std::string> labels = Labels(*single);
+
+  constexpr int kThreads = 8;
+  constexpr int kIterations = 12;
+  std::atomic<int> wrong_outputs{0};
+  std::atomic<int> bad_traces{0};
+  std::atomic<int> leaked_key{0};
+  std::atomic<int> traces{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      torch::NoGradGuard no_grad;  // how services run inference
+      const bool capturing = t < 2;
+      for (int i = 0; i < kIterations; ++i) {
+        if (capturing) {
+          absl::StatusOr<Trace> trace = TraceModule(model, expected.inputs());
+          if (!trace.ok() || Labels(*trace) != labels ||
+              !at::equal(trace->Find("output_1").value()->out, reference)) {
+            ++bad_traces;
+            continue;
+          }
+          absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+          if (!report.ok() || !report->passed) ++bad_traces;
+          ++traces;
+        } else {
+          if (c10::impl::tls_is_dispatch_key_included(kCaptureKey)) ++leaked_key;
+          torch::jit::GraphOptimizerEnabledGuard same_settings(false);
+          const at::Tensor out = model.forward(expected.inputs()).toTensor();
+          if (!at::equal(out, reference)) ++wrong_outputs;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong_outputs.load(), 0);
+  EXPECT_EQ(bad_traces.load(), 0);
+  EXPECT_EQ(leaked_key.load(), 0);
+  EXPECT_EQ(traces.load(), 2 * kIterations);
 }
 
 }  // namespace

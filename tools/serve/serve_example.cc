@@ -1,0 +1,143 @@
+// An example service: loads a TorchScript model once, serves a batch of requests from a
+// worker pool, and captures the requests marked for it (see service.h).
+//
+//   tools/bazelw run //tools/serve:serve_example -- --requests 16 --workers 4 \
+//       --capture 3,7 --out_dir /tmp/torchlens-serve
+//
+// Requests are generated (seeded random inputs of --input_shape), or read from --input_dir
+// (files NAME.pt written by torch.save, served in name order). Each answer prints one line.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "graph/trace_file.h"
+#include "tools/cli_flags.h"
+#include "tools/serve/service.h"
+#include "torchlens_dispatch/load_model.h"
+
+namespace {
+
+std::string UserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  return path.empty() || path[0] == '/' || cwd == nullptr ? path : absl::StrCat(cwd, "/", path);
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "serve_example: error: " << message << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path = "testdata/convbn_eval.pt";
+  std::string input_shape = "2,1,5,5";
+  std::string input_dir;
+  std::string out_dir = "/tmp/torchlens-serve";
+  int requests = 12;
+  int workers = 4;
+  std::set<int> capture = {2, 7};
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::string value;
+    if (const size_t eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    }
+    if (flag == "--model") {
+      model_path = UserPath(value);
+    } else if (flag == "--input_shape") {
+      input_shape = value;
+    } else if (flag == "--input_dir") {
+      input_dir = UserPath(value);
+    } else if (flag == "--out_dir") {
+      out_dir = UserPath(value);
+    } else if (flag == "--requests" && absl::SimpleAtoi(value, &requests) && requests > 0) {
+    } else if (flag == "--workers" && absl::SimpleAtoi(value, &workers) && workers > 0) {
+    } else if (flag == "--capture") {
+      capture.clear();
+      for (absl::string_view id : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        int n = 0;
+        if (!absl::SimpleAtoi(id, &n)) return Fail(absl::StrCat("--capture: \"", id, "\" is not a request id"));
+        capture.insert(n);
+      }
+    } else {
+      return Fail(absl::StrCat("bad flag ", argv[i], "; flags: --model --input_shape --input_dir "
+                               "--out_dir --requests --workers --capture"));
+    }
+  }
+  absl::StatusOr<torch::jit::Module> model = torchlens::LoadTorchScript(model_path);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  model->eval();
+  ::mkdir(out_dir.c_str(), 0755);
+
+  std::vector<torchlens::serve::Request> batch;
+  if (!input_dir.empty()) {
+    std::vector<std::string> names;
+    if (DIR* dir = ::opendir(input_dir.c_str())) {
+      while (dirent* entry = ::readdir(dir)) {
+        const std::string name = entry->d_name;
+        if (name.size() > 3 && name.substr(name.size() - 3) == ".pt") names.push_back(name);
+      }
+      ::closedir(dir);
+    } else {
+      return Fail(absl::StrCat("cannot read --input_dir '", input_dir, "'"));
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      std::ifstream file(absl::StrCat(input_dir, "/", name), std::ios::binary);
+      std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+      absl::StatusOr<c10::IValue> value = torchlens::LoadPickled(bytes);
+      if (!value.ok() || !value->isTensor()) {
+        return Fail(absl::StrCat(name, " is not a tensor saved with torch.save"));
+      }
+      const int id = static_cast<int>(batch.size());
+      batch.push_back({id, value->toTensor(), capture.count(id) > 0});
+    }
+  } else {
+    absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = torchlens::ParseInputShapes(input_shape);
+    if (!shapes.ok() || shapes->size() != 1) return Fail("--input_shape: one shape, e.g. 2,1,5,5");
+    torch::manual_seed(0);
+    for (int id = 0; id < requests; ++id) {
+      batch.push_back({id, torch::randn(shapes->front()), capture.count(id) > 0});
+    }
+  }
+
+  torchlens::serve::Service service(*std::move(model), {workers, out_dir});
+  const std::vector<torchlens::serve::Answer> answers = service.Serve(batch);
+  int failures = 0;
+  for (const torchlens::serve::Answer& answer : answers) {
+    std::cout << "request " << answer.id << ": ";
+    if (!answer.output.defined()) {
+      std::cout << "failed: " << answer.status.message() << "\n";
+      ++failures;
+      continue;
+    }
+    std::cout << "answer shape [" << absl::StrJoin(answer.output.sizes(), ", ") << "] sum "
+              << answer.output.sum().item<double>();
+    if (!answer.trace_file.empty()) {
+      std::cout << "; captured " << answer.captured_ops << " ops -> " << answer.trace_file << ", "
+                << answer.graph_file;
+    }
+    if (!answer.status.ok()) std::cout << "; capture: " << answer.status.message();
+    std::cout << "\n";
+  }
+  return failures == 0 ? 0 : 1;
+}
