@@ -30,6 +30,12 @@ c10::IValue MapTensors(const c10::IValue& value,
     }
     return c10::ivalue::Tuple::create(std::move(elements));
   }
+  if (value.isGenericDict()) {
+    const c10::impl::GenericDict source = value.toGenericDict();
+    c10::impl::GenericDict mapped(source.keyType(), source.valueType());
+    for (const auto& entry : source) mapped.insert(entry.key(), MapTensors(entry.value(), replace));
+    return c10::IValue(std::move(mapped));
+  }
   return value;
 }
 

@@ -1,7 +1,8 @@
 // Visiting and replacing the tensors inside an op's arguments or returns.
 //
 // An op argument holds tensors directly (`Tensor`, `Tensor?`), in lists (`Tensor[]` of
-// `aten::cat`, `Tensor?[]` of `aten::index`) or, rarely, in tuples. Capture records one
+// `aten::cat`, `Tensor?[]` of `aten::index`) or, rarely, in tuples and dicts (the values,
+// in insertion order: segmentation models return {"out": ...}). Capture records one
 // source per tensor in the order `ForEachTensor` visits them, and replay rebuilds the
 // arguments with `MapTensors` in the same order, so the two must agree: both walk
 // depth-first, left to right, and both skip `None` list elements.
@@ -26,6 +27,8 @@ void ForEachTensor(const c10::IValue& value, Visit&& visit) {
     for (const c10::IValue& element : value.toTupleRef().elements()) {
       ForEachTensor(element, visit);
     }
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) ForEachTensor(entry.value(), visit);
   }
 }
 

@@ -318,6 +318,26 @@ class InplaceActivation(nn.Module):
         return h * 2.0
 
 
+class GrowingList(nn.Module):
+    """DenseNet's pattern: the list passed to torch.cat is appended to afterwards."""
+
+    def forward(self, x):
+        features = [x]
+        for _ in range(3):
+            y = torch.relu(torch.cat(features, 1)).sum(1, keepdim=True)
+            features.append(y)
+        return torch.cat(features, 1)
+
+
+class StochasticDepth(nn.Module):
+    """torchvision's stochastic depth: an uninitialized tensor filled by bernoulli_."""
+
+    def forward(self, x):
+        noise = torch.empty([x.shape[0], 1], dtype=x.dtype, device=x.device)
+        noise = noise.bernoulli_(0.5)
+        return x * noise
+
+
 class ConvBlock(nn.Module):
     def __init__(self, channels):
         super().__init__()
@@ -393,6 +413,8 @@ def models():
         "bn_loop_train": (BnLoop, [rand(4, 3)], True),
         "dropout_train": (DropoutNet, [rand(3, 6)], True),
         "inplace_activation": (InplaceActivation, [rand(1, 3)], False),
+        "growing_list": (GrowingList, [rand(2, 2)], False),
+        "stochastic_depth_train": (StochasticDepth, [rand(6, 3)], True),
     }
 
 

@@ -204,7 +204,11 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   node->sources_end = static_cast<int32_t>(record_.sources.size());
   if (options_.save_activations) {
     node->args_begin = static_cast<int32_t>(record_.args.size());
-    record_.args.insert(record_.args.end(), args.begin(), args.end());
+    for (const c10::IValue& arg : args) {
+      // Lists are shared and mutable: TorchScript code may append to one after the call
+      // (DenseNet appends to the list it passed to aten::cat). Keep the call's contents.
+      record_.args.push_back(arg.isList() ? c10::IValue(arg.toList().copy()) : arg);
+    }
     node->args_end = static_cast<int32_t>(record_.args.size());
   }
   pending_writes_.clear();

@@ -46,7 +46,8 @@ TEST(ValidateTest, EveryTestModelValidates) {
         "inplace_after_read", "seed_recurrent", "recurrent_loop", "mul_add", "copy_into",
         "slice_copy", "slice_assign", "read_only", "add_then_mul", "return_buffer",
         "bn1d_train", "bn2d_train", "bn2d_eval", "instancenorm_train", "many_buffers",
-        "counter_cell", "causal_mask_bn", "demo", "bn_loop_train", "dropout_train"}) {
+        "counter_cell", "causal_mask_bn", "demo", "bn_loop_train", "dropout_train",
+        "inplace_activation", "growing_list", "stochastic_depth_train"}) {
     SCOPED_TRACE(name);
     const Trace trace = Capture(name);
     absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
@@ -58,6 +59,17 @@ TEST(ValidateTest, EveryTestModelValidates) {
                   static_cast<int>(trace.input_labels().size()),
               static_cast<int>(trace.ops().size()));
   }
+}
+
+// Regression (found on torchvision's DenseNet): the list an op read was appended to after
+// the call; the trace keeps the call's contents.
+TEST(ValidateTest, ListArgumentsKeepTheirContentsAtCallTime) {
+  const Trace trace = Capture("growing_list");
+  const Op* first_cat = *trace.Find("cat_1_1:1");
+  ASSERT_EQ(first_cat->creation_args[0].toListRef().size(), 1u);
+  EXPECT_THAT(first_cat->parents, ElementsAre("input_1"));
+  EXPECT_TRUE(at::allclose((*trace.Find("output_1"))->out,
+                           testdata::Expected("growing_list").output(0)));
 }
 
 TEST(ValidateTest, SliceWritesAreStateTransitionOnly) {

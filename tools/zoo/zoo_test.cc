@@ -1,0 +1,198 @@
+// The zoo: every torchvision 0.14 model tools/zoo_models.py could export, captured in eval
+// and training mode, checked against eager PyTorch and an uncaptured run, validated, and
+// its BatchNorm buffers checked. Manual (large): see README "Model zoo".
+//
+//   /usr/bin/python3 tools/zoo_models.py ~/.cache/torchlens/zoo
+//   tools/bazelw test //tools/zoo:zoo_test --test_env=TORCHLENS_ZOO_DIR=$HOME/.cache/torchlens/zoo
+//
+// Writes a markdown table (model, ops, buffers, verdict, capture cost) to
+// $TEST_UNDECLARED_OUTPUTS_DIR/zoo.md and to the log.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "graph/ivalue_tensors.h"
+#include "gtest/gtest.h"
+#include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/load_model.h"
+#include "torchlens_dispatch/script_runner.h"
+#include "validation/validate.h"
+
+namespace torchlens {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<at::Tensor> Flatten(const c10::IValue& value) {
+  std::vector<at::Tensor> tensors;
+  ForEachTensor(value, [&](const at::Tensor& t) { tensors.push_back(t); });
+  return tensors;
+}
+
+struct Row {
+  std::string model;
+  std::string family;
+  std::string how;
+  int64_t ops = 0;
+  size_t buffers = 0;
+  double cost = 0;
+  std::vector<std::string> problems;
+};
+
+std::string ModeCheck(const std::string& name, const std::string& mode,
+                      const std::string& dir, torch::jit::Module& values, bool detection,
+                      Row* row) {
+  absl::StatusOr<torch::jit::Module> model = LoadTorchScript(absl::StrCat(dir, "/", name, ".pt"));
+  if (!model.ok()) return absl::StrCat("load: ", model.status().message());
+  absl::StatusOr<torch::jit::Module> twin = LoadTorchScript(absl::StrCat(dir, "/", name, ".pt"));
+  model->train(mode == "train");
+  twin->train(mode == "train");
+  const at::Tensor x = values.attr("input_0").toTensor();
+  std::vector<c10::IValue> inputs;
+  if (detection) {
+    inputs.push_back(c10::List<at::Tensor>({x}));
+  } else {
+    inputs.push_back(x);
+  }
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  absl::StatusOr<Trace> trace = TraceModule(*model, inputs);
+  if (!trace.ok()) return absl::StrCat(mode, " capture: ", trace.status().message());
+  torch::manual_seed(0);
+  const std::vector<at::Tensor> plain = Flatten(RunUnoptimized(*twin, inputs));
+  std::vector<at::Tensor> captured;
+  for (const std::string& label : trace->output_labels()) captured.push_back((*trace->Find(label))->out);
+  if (captured.size() != plain.size()) {
+    return absl::StrCat(mode, ": ", captured.size(), " outputs captured, ", plain.size(), " returned");
+  }
+  for (size_t i = 0; i < plain.size(); ++i) {
+    if (!at::equal(captured[i], plain[i])) return absl::StrCat(mode, ": output ", i, " differs from the uncaptured run");
+    const std::string key = absl::StrCat(mode, "_output_", i);
+    if (!values.hasattr(key)) return absl::StrCat(mode, ": no eager output ", i);
+    const at::Tensor eager = values.attr(key).toTensor();
+    if (eager.sizes() != plain[i].sizes() ||
+        !at::allclose(plain[i].to(at::kDouble), eager.to(at::kDouble), 1e-3, 1e-4)) {
+      return absl::StrCat(mode, ": output ", i, " differs from eager PyTorch");
+    }
+  }
+  for (const torch::jit::NameTensor& buffer : twin->named_buffers()) {
+    const std::string key = absl::StrCat(mode, "_buffer__", absl::StrReplaceAll(buffer.name, {{".", "__"}}));
+    torch::jit::NameTensor captured_buffer{buffer.name, at::Tensor()};
+    for (const torch::jit::NameTensor& b : model->named_buffers()) {
+      if (b.name == buffer.name) captured_buffer.value = b.value;
+    }
+    if (!at::equal(captured_buffer.value, buffer.value)) {
+      return absl::StrCat(mode, ": buffer ", buffer.name, " differs from the uncaptured run");
+    }
+    if (values.hasattr(key) && !at::allclose(buffer.value.to(at::kDouble),
+                                             values.attr(key).toTensor().to(at::kDouble), 1e-3, 1e-4)) {
+      return absl::StrCat(mode, ": buffer ", buffer.name, " differs from eager PyTorch");
+    }
+  }
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+  if (!report.ok()) return absl::StrCat(mode, " validate: ", report.status().message());
+  if (!report->passed) {
+    return absl::StrCat(mode, " validation: ", report->failures.size(), " failures, first: ",
+                        report->failures.front());
+  }
+  // BatchNorm: in training mode each of the three buffers is written once per call.
+  std::map<std::string, int> calls;
+  for (const Op& op : trace->ops()) {
+    if (op.type == "batch_norm") ++calls[op.module_address];
+  }
+  for (const auto& [address, module] : trace->modules()) {
+    if (!absl::StartsWith(module.type_name, "BatchNorm")) continue;
+    for (const char* buffer : {"running_mean", "running_var", "num_batches_tracked"}) {
+      auto it = trace->buffers().find(absl::StrCat(address, ".", buffer));
+      if (it == trace->buffers().end()) continue;
+      const int expected = mode == "train" ? calls[address] : 0;
+      if (it->second.num_overwrites != expected) {
+        return absl::StrCat(mode, ": ", it->first, " has ", it->second.num_overwrites,
+                            " writes for ", calls[address], " calls");
+      }
+    }
+  }
+  if (mode == "eval") {
+    row->ops = trace->capture_stats().user_ops;
+    row->buffers = trace->buffers().size();
+    // Capture cost: median of 3 full captures over median of 3 plain forwards.
+    std::vector<double> capture_times, plain_times;
+    for (int i = 0; i < 3; ++i) {
+      auto start = Clock::now();
+      twin->forward(inputs);
+      plain_times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      start = Clock::now();
+      (void)TraceModule(*model, inputs);
+      capture_times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::sort(capture_times.begin(), capture_times.end());
+    std::sort(plain_times.begin(), plain_times.end());
+    row->cost = capture_times[1] / plain_times[1];
+  }
+  return "";
+}
+
+TEST(ZooTest, EveryExportedModel) {
+  const char* dir = std::getenv("TORCHLENS_ZOO_DIR");
+  ASSERT_NE(dir, nullptr) << "run tools/zoo_models.py DIR and pass --test_env=TORCHLENS_ZOO_DIR=DIR";
+  std::ifstream report_file(absl::StrCat(dir, "/report.json"));
+  ASSERT_TRUE(report_file.good()) << "no report.json in " << dir;
+  const nlohmann::json report = nlohmann::json::parse(report_file);
+  at::set_num_threads(1);
+  std::vector<Row> rows;
+  std::vector<std::string> not_exported;
+  for (const auto& [name, entry] : report.items()) {
+    if (entry["exported"].is_null()) {
+      not_exported.push_back(absl::StrCat("| ", name, " | ", entry["family"].get<std::string>(), " | ",
+                                          entry["reason"].get<std::string>(), " |"));
+      continue;
+    }
+    Row row;
+    row.model = name;
+    row.family = entry["family"];
+    row.how = entry["exported"];
+    torch::jit::Module values = torch::jit::load(absl::StrCat(dir, "/", name, ".expected.pt"));
+    const bool detection = row.family == "detection";
+    for (const char* mode : {"eval", "train"}) {
+      if (detection && std::string(mode) == "train") continue;
+      const std::string problem = ModeCheck(name, mode, dir, values, detection, &row);
+      if (!problem.empty()) row.problems.push_back(problem);
+    }
+    EXPECT_TRUE(row.problems.empty()) << name << ": " << absl::StrJoin(row.problems, "; ");
+    std::cerr << name << (row.problems.empty() ? " ok" : " FAIL") << "\n";
+    rows.push_back(std::move(row));
+  }
+  std::ostringstream table;
+  table << "| model | family | export | ops | buffers | eval + train | capture cost |\n"
+        << "|---|---|---|---:|---:|---|---:|\n";
+  for (const Row& row : rows) {
+    table << "| " << row.model << " | " << row.family << " | " << row.how << " | " << row.ops
+          << " | " << row.buffers << " | "
+          << (row.problems.empty() ? "validated" : absl::StrJoin(row.problems, "; ")) << " | "
+          << absl::StrFormat("%.2fx", row.cost) << " |\n";
+  }
+  table << "\nNot exported:\n\n| model | family | reason |\n|---|---|---|\n";
+  for (const std::string& line : not_exported) table << line << "\n";
+  std::cout << table.str();
+  if (const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR")) {
+    std::ofstream(absl::StrCat(out, "/zoo.md")) << table.str();
+  }
+}
+
+}  // namespace
+}  // namespace torchlens
