@@ -318,6 +318,7 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
     CheckAllBuffers();
     if (TensorEntry* entry = Lookup(impl)) return entry;
   }
+  if (TensorEntry* alias = AddShallowCopy(tensor)) return alias;
   // A tensor from outside the capture: an input, or a constant once inputs are marked.
   TensorEntry outside;
   if (tensor.has_storage()) {
@@ -361,6 +362,33 @@ SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
   }
   source.slot = entry->slot;
   return source;
+}
+
+// NOTE [Shallow copies]
+// The C++ frontend's factory functions (`torch::zeros`, `torch::ones`, ...) wrap what the
+// dispatched op returned in a variable; when the op's output is still referenced (the
+// trace saved it) that wrapping makes a shallow copy: a new TensorImpl on the same storage
+// with the same geometry. Such a tensor is the op's output, not a tensor from outside.
+Recorder::TensorEntry* Recorder::AddShallowCopy(const at::Tensor& tensor) {
+  if (!tensor.has_storage()) return nullptr;
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == storages_.end()) return nullptr;
+  for (int32_t slot : it->second.saved_slots) {
+    const at::Tensor& saved = record_.slots[slot];
+    if (slot >= static_cast<int32_t>(slot_producers_.size()) || slot_producers_[slot].first < 0 ||
+        saved.storage_offset() != tensor.storage_offset() || saved.sizes() != tensor.sizes() ||
+        saved.strides() != tensor.strides() || saved.scalar_type() != tensor.scalar_type()) {
+      continue;
+    }
+    TensorEntry entry;
+    entry.node = slot_producers_[slot].first;
+    entry.output_index = slot_producers_[slot].second;
+    entry.slot = slot;
+    entry.aliases_buffer = !it->second.buffers.empty();
+    Remember(tensor, std::move(entry));
+    return Lookup(tensor.unsafeGetTensorImpl());
+  }
+  return nullptr;
 }
 
 int32_t Recorder::AddInputNode(const at::Tensor& tensor) {
@@ -431,6 +459,12 @@ int32_t Recorder::SaveSnapshot(const at::Tensor& snapshot) {
 void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
                               bool touches_buffer) {
   const int32_t slot = options_.save_activations && tensor.defined() ? Save(tensor) : -1;
+  if (slot >= 0) {
+    if (slot >= static_cast<int32_t>(slot_producers_.size())) {
+      slot_producers_.resize(record_.slots.size(), {-1, 0});
+    }
+    slot_producers_[slot] = {node, output_index};
+  }
   AddOutput(tensor, slot);
   if (!tensor.defined()) return;
   TensorEntry* existing = Lookup(tensor.unsafeGetTensorImpl());

@@ -149,6 +149,7 @@ class Recorder {
   TensorEntry* Lookup(const c10::TensorImpl* impl);
   // The entry of a tensor first seen now: a parameter (from the layout) or from outside.
   TensorEntry* AddUnseen(const at::Tensor& tensor);
+  TensorEntry* AddShallowCopy(const at::Tensor& tensor);
   int32_t AddInputNode(const at::Tensor& tensor);
   int32_t EnsureBufferVersion(int32_t buffer);  // the read version if none exists yet
   void AddOutput(const at::Tensor& tensor, int32_t slot);
@@ -197,6 +198,8 @@ class Recorder {
   std::vector<BufferState> buffers_;
   std::vector<int32_t> assigned_buffers_;  // buffers whose slot code may reassign
   absl::InlinedVector<PendingWrite, 4> pending_writes_;
+  // For the slots of op outputs: (node, output index). See NOTE [Shallow copies].
+  std::vector<std::pair<int32_t, int32_t>> slot_producers_;
 
   struct LayerKey {
     int32_t module;

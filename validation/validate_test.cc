@@ -191,9 +191,11 @@ TEST(ValidateTest, UnreachableOpFails) {
 }
 
 TEST(ValidateTest, OpThatIgnoresAParentFailsThePerturbationCheck) {
-  // y = x * 0 + z: x is a parent of mul, but perturbing it does not change mul's output.
+  // where(all true, zeros, x): x is a parent of where, but perturbing it changes nothing.
   struct IgnoreImpl : torch::nn::Module {
-    torch::Tensor forward(torch::Tensor x) { return x.mul(torch::zeros({3})); }
+    torch::Tensor forward(torch::Tensor x) {
+      return torch::where(torch::ones({3}, torch::kBool), torch::zeros({3}), x);
+    }
   };
   auto net = std::make_shared<IgnoreImpl>();
   const torch::Tensor x = torch::randn({3});
@@ -205,6 +207,22 @@ TEST(ValidateTest, OpThatIgnoresAParentFailsThePerturbationCheck) {
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(report->failures,
               Contains(HasSubstr("perturbing parent input_1 does not change the output")));
+}
+
+TEST(ValidateTest, ProductWithAZeroMaskIsExempt) {
+  // Stochastic depth dropped the block: x * 0 does not depend on x, legitimately.
+  struct DroppedImpl : torch::nn::Module {
+    torch::Tensor forward(torch::Tensor x) { return torch::relu(x).mul(torch::zeros({3})); }
+  };
+  auto net = std::make_shared<DroppedImpl>();
+  const torch::Tensor x = torch::randn({3});
+  CaptureGuard guard(*net);
+  const torch::Tensor out = net->forward(x);
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
 }
 
 }  // namespace
