@@ -42,19 +42,47 @@ constexpr uint32_t kLocalHeader = 0x04034b50;
 // size of their fixed argument; -1 marks a length-prefixed argument handled separately.
 int FixedArgument(uint8_t op) {
   switch (op) {
-    case 0x80: return 1;  // PROTO
-    case 'q': return 1;   // BINPUT
-    case 'r': return 4;   // LONG_BINPUT
-    case 'h': return 1;   // BINGET
-    case 'j': return 4;   // LONG_BINGET
-    case 'J': return 4;   // BININT
-    case 'K': return 1;   // BININT1
-    case 'M': return 2;   // BININT2
-    case 'G': return 8;   // BINFLOAT
-    case 0x95: return 8;  // FRAME
-    case '(': case '}': case ']': case ')': case 0x85: case 0x86: case 0x87: case 't':
-    case 'Q': case 'R': case 'b': case 's': case 'u': case 'e': case 'a': case 0x88:
-    case 0x89: case 'N': case 0x81: case 0x94: case '.':
+    case 0x80:
+      return 1;  // PROTO
+    case 'q':
+      return 1;  // BINPUT
+    case 'r':
+      return 4;  // LONG_BINPUT
+    case 'h':
+      return 1;  // BINGET
+    case 'j':
+      return 4;  // LONG_BINGET
+    case 'J':
+      return 4;  // BININT
+    case 'K':
+      return 1;  // BININT1
+    case 'M':
+      return 2;  // BININT2
+    case 'G':
+      return 8;  // BINFLOAT
+    case 0x95:
+      return 8;  // FRAME
+    case '(':
+    case '}':
+    case ']':
+    case ')':
+    case 0x85:
+    case 0x86:
+    case 0x87:
+    case 't':
+    case 'Q':
+    case 'R':
+    case 'b':
+    case 's':
+    case 'u':
+    case 'e':
+    case 'a':
+    case 0x88:
+    case 0x89:
+    case 'N':
+    case 0x81:
+    case 0x94:
+    case '.':
       return 0;
     default:
       return -1;
@@ -75,10 +103,20 @@ absl::Status CheckPickle(const Bytes& bytes, uint64_t begin, uint64_t end) {
     }
     uint64_t length_size = 0;
     switch (op) {
-      case 'X': case 'B': length_size = 4; break;          // BINUNICODE, BINBYTES
-      case 0x8c: case 'C': case 0x8a: length_size = 1; break;  // SHORT_BINUNICODE, SHORT_BINBYTES, LONG1
-      case 0x8d: case 0x8e: length_size = 8; break;        // BINUNICODE8, BINBYTES8
-      case 'c': {                                          // GLOBAL: two text lines
+      case 'X':
+      case 'B':
+        length_size = 4;
+        break;  // BINUNICODE, BINBYTES
+      case 0x8c:
+      case 'C':
+      case 0x8a:
+        length_size = 1;
+        break;  // SHORT_BINUNICODE, SHORT_BINBYTES, LONG1
+      case 0x8d:
+      case 0x8e:
+        length_size = 8;
+        break;     // BINUNICODE8, BINBYTES8
+      case 'c': {  // GLOBAL: two text lines
         for (int line = 0; line < 2; ++line) {
           while (at < end && bytes.View(at, 1)[0] != '\n') ++at;
           if (at >= end) return Bad("a pickle GLOBAL runs past the end of data.pkl");

@@ -9,16 +9,16 @@
 #ifndef TORCHLENS_GRAPH_CAPTURE_RECORD_H_
 #define TORCHLENS_GRAPH_CAPTURE_RECORD_H_
 
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/operator_name.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
-#include <ATen/core/operator_name.h>
 
 #include "graph/trace.h"
 
@@ -28,15 +28,15 @@ namespace torchlens {
 struct SourceRecord {
   enum class Kind : uint8_t { kNode, kParam, kConstant, kNone };
   Kind kind = Kind::kNone;
-  int32_t index = -1;         // node index (kNode) or param index (kParam)
-  int32_t output_index = 0;   // which tensor output of that node
-  int32_t slot = -1;          // saved value of the argument (-1 when not saved)
+  int32_t index = -1;        // node index (kNode) or param index (kParam)
+  int32_t output_index = 0;  // which tensor output of that node
+  int32_t slot = -1;         // saved value of the argument (-1 when not saved)
 };
 
 // One tensor output of a node: its saved value and metadata kept even without saving.
 struct OutputRecord {
-  int32_t slot = -1;         // -1 when not saved
-  int32_t shape_begin = 0;   // into CaptureRecord::shapes
+  int32_t slot = -1;        // -1 when not saved
+  int32_t shape_begin = 0;  // into CaptureRecord::shapes
   int32_t ndim = 0;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
 };
@@ -75,11 +75,11 @@ struct BufferRecord {
 
 struct CaptureRecord {
   std::vector<NodeRecord> nodes;
-  std::vector<c10::IValue> args;       // saved op arguments (see NodeRecord)
-  std::vector<SourceRecord> sources;   // tensor argument sources
+  std::vector<c10::IValue> args;      // saved op arguments (see NodeRecord)
+  std::vector<SourceRecord> sources;  // tensor argument sources
   std::vector<OutputRecord> outputs;
-  std::vector<int64_t> shapes;         // output shapes, concatenated
-  std::vector<at::Tensor> slots;       // saved tensor values
+  std::vector<int64_t> shapes;    // output shapes, concatenated
+  std::vector<at::Tensor> slots;  // saved tensor values
 
   std::vector<c10::OperatorName> operators;  // distinct operators, by first use
   // Module ids index `module_addresses` (the model's, shared; 0 is the root ""), then

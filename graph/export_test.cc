@@ -1,12 +1,12 @@
 // JSON export and trace files: round trips, and clear errors for bad files.
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/script.h>
+
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <torch/script.h>
-#include <torch/csrc/jit/serialization/pickle.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -16,25 +16,21 @@
 #include "graph/trace_file.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
+#include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 #include "validation/validate.h"
 
 namespace torchlens {
 namespace {
 
-using ::testing::HasSubstr;
+using ::torchlens::testing_util::Capture;
 
-Trace Capture(const std::string& name) {
-  torch::jit::Module model = testdata::LoadModel(name);
-  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected(name).inputs());
-  EXPECT_TRUE(trace.ok()) << trace.status();
-  return trace.ok() ? *std::move(trace) : Trace();
-}
+using ::testing::HasSubstr;
 
 bool BitIdentical(const at::Tensor& a, const at::Tensor& b) {
   if (a.defined() != b.defined()) return false;
-  return !a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
-                          at::equal(a, b));
+  return !a.defined() ||
+         (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a, b));
 }
 
 std::vector<at::Tensor> ArgTensors(const Op& op) {

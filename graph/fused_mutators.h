@@ -14,10 +14,11 @@
 #ifndef TORCHLENS_GRAPH_FUSED_MUTATORS_H_
 #define TORCHLENS_GRAPH_FUSED_MUTATORS_H_
 
-#include <initializer_list>
-
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
+
+#include <initializer_list>
+
 #include "absl/strings/string_view.h"
 
 namespace torchlens {
@@ -25,8 +26,8 @@ namespace torchlens {
 struct FusedMutator {
   absl::string_view name;  // operator name without overload, "aten::batch_norm"
   int num_state_arguments;
-  int state_arguments[2];   // argument positions of the running statistics
-  int update_flag_argument; // the bool argument that says the call updates them
+  int state_arguments[2];    // argument positions of the running statistics
+  int update_flag_argument;  // the bool argument that says the call updates them
 };
 
 // The entry for `name`, or nullptr.

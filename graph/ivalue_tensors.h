@@ -9,9 +9,9 @@
 #ifndef TORCHLENS_GRAPH_IVALUE_TENSORS_H_
 #define TORCHLENS_GRAPH_IVALUE_TENSORS_H_
 
-#include <functional>
-
 #include <ATen/core/ivalue.h>
+
+#include <functional>
 
 namespace torchlens {
 

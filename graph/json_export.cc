@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -14,20 +13,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 Json Optional(const std::optional<bool>& value) { return value ? Json(*value) : Json(nullptr); }
-
-const char* SourceKind(ArgSource::Kind kind) {
-  switch (kind) {
-    case ArgSource::Kind::kNode:
-      return "node";
-    case ArgSource::Kind::kParam:
-      return "param";
-    case ArgSource::Kind::kConstant:
-      return "constant";
-    case ArgSource::Kind::kNone:
-      return "none";
-  }
-  return "none";
-}
 
 }  // namespace
 
@@ -56,13 +41,15 @@ std::string TraceToJson(const Trace& trace) {
     node["is_buffer"] = op.is_buffer;
     node["address"] = op.address;
     node["buffer_pass"] = op.buffer_pass;
-    node["buffer_write_kind"] =
-        op.buffer_write_kind ? Json(std::string(WriteKindName(*op.buffer_write_kind))) : Json(nullptr);
+    node["buffer_write_kind"] = op.buffer_write_kind
+                                    ? Json(std::string(WriteKindName(*op.buffer_write_kind)))
+                                    : Json(nullptr);
     node["buffer_value_changed"] = Optional(op.buffer_value_changed);
     Json& sources = node["arg_sources"] = Json::array();
     for (const ArgSource& source : op.arg_sources) {
-      sources.push_back(
-          {{"kind", SourceKind(source.kind)}, {"name", source.name}, {"output_index", source.output_index}});
+      sources.push_back({{"kind", std::string(ArgSourceKindName(source.kind))},
+                         {"name", source.name},
+                         {"output_index", source.output_index}});
     }
     ops.push_back(std::move(node));
   }
@@ -74,8 +61,10 @@ std::string TraceToJson(const Trace& trace) {
     Json& versions = entry["versions"] = Json::array();
     for (const Op* version : buffer.versions) versions.push_back(version->label);
     entry["num_overwrites"] = buffer.num_overwrites;
-    entry["shape"] = buffer.initial_value.defined() ? Json(buffer.initial_value.sizes().vec()) : Json::array();
-    entry["dtype"] = buffer.initial_value.defined() ? c10::toString(buffer.initial_value.scalar_type()) : "";
+    entry["shape"] =
+        buffer.initial_value.defined() ? Json(buffer.initial_value.sizes().vec()) : Json::array();
+    entry["dtype"] =
+        buffer.initial_value.defined() ? c10::toString(buffer.initial_value.scalar_type()) : "";
     buffers.push_back(std::move(entry));
   }
   Json& modules = root["modules"] = Json::array();

@@ -24,7 +24,8 @@ absl::Status Malformed(absl::string_view key, absl::string_view why) {
 absl::StatusOr<ParsedKey> ParseKey(absl::string_view key) {
   if (key.empty()) return Malformed(key, "it is empty");
   for (char c : key) {
-    if (std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c))) {
+    if (std::isspace(static_cast<unsigned char>(c)) ||
+        std::iscntrl(static_cast<unsigned char>(c))) {
       return Malformed(key, "it contains whitespace or a control character");
     }
   }

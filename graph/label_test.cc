@@ -20,8 +20,8 @@ TEST(ParseKey, BaseWithoutPass) {
 }
 
 TEST(ParseKey, RejectsMalformedKeys) {
-  for (const char* bad : {"", ":", "relu:", ":3", "relu_1_2:0", "relu_1_2:x", "relu 1",
-                          "a:b:1", "relu_1_2:-1", "relu_1_2:99999999999"}) {
+  for (const char* bad : {"", ":", "relu:", ":3", "relu_1_2:0", "relu_1_2:x", "relu 1", "a:b:1",
+                          "relu_1_2:-1", "relu_1_2:99999999999"}) {
     absl::StatusOr<ParsedKey> key = ParseKey(bad);
     EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(key.status().message().find("malformed key"), absl::string_view::npos) << bad;

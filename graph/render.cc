@@ -78,7 +78,8 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
     // Make sure every ancestor cluster exists and lists its child.
     std::string parent;
     for (absl::string_view part : absl::StrSplit(address, '.', absl::SkipEmpty())) {
-      const std::string child = parent.empty() ? std::string(part) : absl::StrCat(parent, ".", part);
+      const std::string child =
+          parent.empty() ? std::string(part) : absl::StrCat(parent, ".", part);
       clusters[parent].children.insert(child);
       clusters[child];
       parent = child;
@@ -95,8 +96,8 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
     std::string text;
     if (op.is_buffer) {
       text = absl::StrCat(op.address, ":", op.buffer_pass, "\n",
-                          op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read",
-                          " ", FormatShape(op.tensor_shape));
+                          op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read", " ",
+                          FormatShape(op.tensor_shape));
       attributes = {"shape=cylinder", "style=filled", "fillcolor=\"#f5e6c8\""};
     } else {
       text = absl::StrCat(op.label, "\n", op.type, " ", FormatShape(op.tensor_shape));
@@ -139,8 +140,8 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
     }
     if (!hidden.empty()) {
       attributes.push_back("peripheries=2");
-      attributes.push_back(
-          absl::StrCat("tooltip=", Quote(absl::StrCat("Hidden buffers: ", absl::StrJoin(hidden, ", ")))));
+      attributes.push_back(absl::StrCat(
+          "tooltip=", Quote(absl::StrCat("Hidden buffers: ", absl::StrJoin(hidden, ", ")))));
     }
     attributes.push_back(absl::StrCat("label=", Quote(text)));
     const std::string& module = op.is_input() || op.is_output() ? std::string() : op.module_address;
@@ -157,15 +158,16 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
   std::function<void(const std::string&, int)> emit = [&](const std::string& address, int depth) {
     const Cluster& cluster = clusters[address];
     const std::string indent(2 * depth, ' ');
-    for (const std::string& statement : cluster.statements) absl::StrAppend(&dot, indent, statement, "\n");
+    for (const std::string& statement : cluster.statements)
+      absl::StrAppend(&dot, indent, statement, "\n");
     for (const std::string& child : cluster.children) {
       auto module = trace.modules().find(child);
-      const std::string title =
-          module == trace.modules().end() || module->second.type_name.empty()
-              ? child
-              : absl::StrCat(child, " (", module->second.type_name, ")");
+      const std::string title = module == trace.modules().end() || module->second.type_name.empty()
+                                    ? child
+                                    : absl::StrCat(child, " (", module->second.type_name, ")");
       absl::StrAppend(&dot, indent, "subgraph ", Quote(absl::StrCat("cluster_", child)), " {\n",
-                      indent, "  label=", Quote(title), "; style=\"rounded,dashed\"; color=\"#8888aa\";\n");
+                      indent, "  label=", Quote(title),
+                      "; style=\"rounded,dashed\"; color=\"#8888aa\";\n");
       emit(child, depth + 1);
       absl::StrAppend(&dot, indent, "}\n");
     }
@@ -182,8 +184,8 @@ absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOpt
     if (absl::EndsWithIgnoreCase(path, absl::StrCat(".", candidate))) format = candidate;
   }
   if (format.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot render to '", path, "': the file name must end in .svg, .png or .pdf"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot render to '", path, "': the file name must end in .svg, .png or .pdf"));
   }
   const std::string dot = RenderDot(trace, options);
   // One Graphviz context for the process, used under a lock: Graphviz is not thread-safe,
@@ -202,9 +204,9 @@ absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOpt
   } else {
     FILE* file = std::fopen(path.c_str(), "wb");
     if (file == nullptr) {
-      status = absl::Status(errno == ENOENT ? absl::StatusCode::kNotFound
-                                            : absl::StatusCode::kPermissionDenied,
-                            absl::StrCat("cannot write '", path, "': ", std::strerror(errno)));
+      status = absl::Status(
+          errno == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kPermissionDenied,
+          absl::StrCat("cannot write '", path, "': ", std::strerror(errno)));
     } else {
       if (gvRender(context, graph, format.c_str(), file) != 0) {
         status = absl::InternalError(absl::StrCat("Graphviz: rendering ", format, " failed"));

@@ -1,30 +1,26 @@
 // DOT structure for each ShowBuffers mode, and in-process rendering through Graphviz.
 #include "graph/render.h"
 
+#include <torch/script.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include <torch/script.h>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
+#include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 
 namespace torchlens {
 namespace {
 
+using ::torchlens::testing_util::Capture;
+
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-Trace Capture(const std::string& name) {
-  torch::jit::Module model = testdata::LoadModel(name);
-  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected(name).inputs());
-  EXPECT_TRUE(trace.ok()) << trace.status();
-  return trace.ok() ? *std::move(trace) : Trace();
-}
 
 int Count(const std::string& text, const std::string& needle) {
   int count = 0;

@@ -57,9 +57,9 @@ std::string FormatSummary(const Trace& trace) {
   for (const Op& op : trace.ops()) {
     std::string type = op.type;
     if (op.is_buffer) {
-      type = absl::StrCat("buffer ", op.address, " (",
-                          op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read",
-                          ")");
+      type =
+          absl::StrCat("buffer ", op.address, " (",
+                       op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read", ")");
     }
     std::vector<std::string> parents = op.parents;
     for (const std::string& param : op.parent_params) parents.push_back(param);
@@ -96,12 +96,12 @@ std::string FormatSummary(const Trace& trace) {
         kinds.push_back(kind);
       }
     }
-    buffers.Add({address,
-                 buffer.initial_value.defined() ? FormatShape(buffer.initial_value.sizes().vec())
-                                                : "",
-                 absl::StrCat(buffer.versions.size()), absl::StrCat(buffer.num_overwrites),
-                 kinds.empty() ? (buffer.versions.empty() ? "unused" : "read only")
-                               : absl::StrJoin(kinds, ", ")});
+    buffers.Add(
+        {address,
+         buffer.initial_value.defined() ? FormatShape(buffer.initial_value.sizes().vec()) : "",
+         absl::StrCat(buffer.versions.size()), absl::StrCat(buffer.num_overwrites),
+         kinds.empty() ? (buffer.versions.empty() ? "unused" : "read only")
+                       : absl::StrJoin(kinds, ", ")});
   }
   if (!trace.buffers().empty()) absl::StrAppend(&out, buffers.Render("  "));
   for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {

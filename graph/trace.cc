@@ -41,6 +41,20 @@ absl::string_view WriteKindName(WriteKind kind) {
   return "unknown";
 }
 
+absl::string_view ArgSourceKindName(ArgSource::Kind kind) {
+  switch (kind) {
+    case ArgSource::Kind::kNode:
+      return "node";
+    case ArgSource::Kind::kParam:
+      return "param";
+    case ArgSource::Kind::kConstant:
+      return "constant";
+    case ArgSource::Kind::kNone:
+      return "none";
+  }
+  return "none";
+}
+
 absl::StatusOr<at::Tensor> Buffer::value_at(int n) const {
   const int count = static_cast<int>(versions.size());
   if (n < 1 || n > count) {
@@ -52,21 +66,20 @@ absl::StatusOr<at::Tensor> Buffer::value_at(int n) const {
   }
   const Op* version = versions[n - 1];
   if (!version->out.defined()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "buffer \"", address, "\" version ", n,
-        " has no saved value; capture with CaptureOptions::save_activations = true"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("buffer \"", address, "\" version ", n,
+                     " has no saved value; capture with CaptureOptions::save_activations = true"));
   }
   return version->out;
 }
 
 absl::StatusOr<at::Tensor> Buffer::value_after(int n) const {
   if (n < 1 || n > num_overwrites) {
-    return absl::OutOfRangeError(
-        num_overwrites == 0
-            ? absl::StrCat("value_after(", n, ") on buffer \"", address,
-                           "\": it was never written during capture")
-            : absl::StrCat("value_after(", n, ") on buffer \"", address,
-                           "\": valid writes are 1..", num_overwrites));
+    return absl::OutOfRangeError(num_overwrites == 0
+                                     ? absl::StrCat("value_after(", n, ") on buffer \"", address,
+                                                    "\": it was never written during capture")
+                                     : absl::StrCat("value_after(", n, ") on buffer \"", address,
+                                                    "\": valid writes are 1..", num_overwrites));
   }
   // Versions are the optional initial read followed by one per write.
   const int read_versions = static_cast<int>(versions.size()) - num_overwrites;
@@ -149,7 +162,6 @@ void Trace::Relink() {
     } else if (buffer.versions.back()->out.defined()) {
       buffer.final_value = buffer.versions.back()->out;
     }  // else unsaved: keep the copy the capture recorded
-
   }
 }
 
@@ -170,22 +182,21 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
     const int count = static_cast<int>(buffer.versions.size());
     if (parsed->pass.has_value()) {
       if (*parsed->pass > count) {
-        return absl::NotFoundError(absl::StrCat(
-            "buffer \"", buffer.address, "\" has no version ", *parsed->pass,
-            count == 0 ? "; it was never read or written during capture"
-                       : absl::StrCat("; its versions are 1..", count)));
+        return absl::NotFoundError(
+            absl::StrCat("buffer \"", buffer.address, "\" has no version ", *parsed->pass,
+                         count == 0 ? "; it was never read or written during capture"
+                                    : absl::StrCat("; its versions are 1..", count)));
       }
       return buffer.versions[*parsed->pass - 1];
     }
     if (count == 1) return buffer.versions.front();
     if (count == 0) {
-      return absl::NotFoundError(absl::StrCat("buffer \"", buffer.address,
-                                              "\" was never read or written during capture"));
+      return absl::NotFoundError(
+          absl::StrCat("buffer \"", buffer.address, "\" was never read or written during capture"));
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("key \"", key, "\" is ambiguous: buffer \"", buffer.address, "\" has ",
-                     count, " versions; use \"", buffer.address, ":1\" .. \"", buffer.address,
-                     ":", count, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key \"", key, "\" is ambiguous: buffer \"", buffer.address, "\" has ", count,
+        " versions; use \"", buffer.address, ":1\" .. \"", buffer.address, ":", count, "\""));
   }
 
   // A layer label without its pass.
@@ -214,10 +225,10 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
   std::sort(scored.begin(), scored.end());
   std::vector<std::string> closest;
   for (size_t i = 0; i < scored.size() && i < 3; ++i) closest.push_back(scored[i].second);
-  return absl::NotFoundError(absl::StrCat(
-      "label \"", key, "\" not found",
-      closest.empty() ? std::string("; the trace is empty")
-                      : absl::StrCat("; closest: ", absl::StrJoin(closest, ", "))));
+  return absl::NotFoundError(
+      absl::StrCat("label \"", key, "\" not found",
+                   closest.empty() ? std::string("; the trace is empty")
+                                   : absl::StrCat("; closest: ", absl::StrJoin(closest, ", "))));
 }
 
 std::vector<const Op*> Trace::buffer_read_ops() const {

@@ -32,15 +32,15 @@
 #ifndef TORCHLENS_GRAPH_TRACE_H_
 #define TORCHLENS_GRAPH_TRACE_H_
 
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -71,6 +71,8 @@ struct ArgSource {
   int output_index = 0;
 };
 
+absl::string_view ArgSourceKindName(ArgSource::Kind kind);  // "node", "param", ...
+
 // One graph node. Buffer versions, inputs and outputs are plain `Op`s too.
 struct Op {
   std::string label;      // unique, pass-qualified: "conv2d_1_1:1", "buffer_2:3", "input_1"
@@ -83,16 +85,16 @@ struct Op {
 
   // Buffer version fields (meaningful when `is_buffer`).
   bool is_buffer = false;
-  std::string address;  // "bn.running_mean", "h"
-  int buffer_pass = 0;  // 1-based version index for this address
+  std::string address;                         // "bn.running_mean", "h"
+  int buffer_pass = 0;                         // 1-based version index for this address
   std::optional<WriteKind> buffer_write_kind;  // nullopt = a read of the initial value
   std::optional<bool> buffer_value_changed;    // set for kFused versions
 
   // Beyond the TorchLens core fields.
-  std::string overload_name;  // "Tensor" for aten::add.Tensor; with func_name names the op
-  int pass = 1;               // execution count of this layer (the ":N" of the label)
-  int layer_type_index = 0;   // the {type_index} of the label (0 for non-op nodes)
-  int layer_step_index = 0;   // the {step_index} of the label (0 for non-op nodes)
+  std::string overload_name;          // "Tensor" for aten::add.Tensor; with func_name names the op
+  int pass = 1;                       // execution count of this layer (the ":N" of the label)
+  int layer_type_index = 0;           // the {type_index} of the label (0 for non-op nodes)
+  int layer_step_index = 0;           // the {step_index} of the label (0 for non-op nodes)
   std::vector<int64_t> tensor_shape;  // shape of `out`, recorded even when not saved
   std::string tensor_dtype;           // "float", "long", ...; empty when not a tensor
   std::vector<std::string> parent_params;  // parameter addresses read, in argument order
@@ -115,8 +117,8 @@ struct Op {
 // Address-level state of one registered buffer: a projection over its version nodes.
 struct Buffer {
   std::string address;
-  at::Tensor initial_value;  // captured before the forward pass
-  at::Tensor final_value;    // value of the last observed version (initial if none)
+  at::Tensor initial_value;         // captured before the forward pass
+  at::Tensor final_value;           // value of the last observed version (initial if none)
   std::vector<const Op*> versions;  // initial read version first, then one per write
   int num_overwrites = 0;           // number of write versions
   std::string module_address;       // the module that registered it
@@ -128,8 +130,8 @@ struct Buffer {
 };
 
 struct Module {
-  std::string address;    // "" for the root
-  std::string type_name;  // "Linear", "BatchNorm2d"
+  std::string address;               // "" for the root
+  std::string type_name;             // "Linear", "BatchNorm2d"
   std::vector<std::string> buffers;  // addresses of the buffers it owns (recursively)
   std::vector<std::string> params;   // addresses of the parameters it owns (recursively)
 };
@@ -148,12 +150,12 @@ struct TraceDiagnostic {
 
 // Counters of what the capture did, for tests and the benchmark.
 struct CaptureStats {
-  int64_t user_ops = 0;           // dispatched calls recorded as op nodes
-  int64_t nested_ops = 0;         // calls made inside them that the capture observed
-  int64_t buffer_slot_reads = 0;  // reads of TorchScript buffer slots (reassignment checks)
+  int64_t user_ops = 0;              // dispatched calls recorded as op nodes
+  int64_t nested_ops = 0;            // calls made inside them that the capture observed
+  int64_t buffer_slot_reads = 0;     // reads of TorchScript buffer slots (reassignment checks)
   int64_t copy_on_write_clones = 0;  // saved values copied before an in-place write
-  int64_t marked_sites = 0;       // TorchScript ops located by site markers
-  int64_t interpreter_sites = 0;  // TorchScript ops located by asking the interpreter
+  int64_t marked_sites = 0;          // TorchScript ops located by site markers
+  int64_t interpreter_sites = 0;     // TorchScript ops located by asking the interpreter
 };
 
 class Trace;

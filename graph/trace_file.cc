@@ -1,5 +1,12 @@
 #include "graph/trace_file.h"
 
+#include <ATen/core/Dict.h>
+#include <ATen/core/List.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -7,13 +14,6 @@
 #include <iterator>
 #include <set>
 #include <utility>
-
-#include <ATen/core/Dict.h>
-#include <ATen/core/List.h>
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/import_read.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -52,7 +52,9 @@ c10::IValue Strings(const std::vector<std::string>& values) {
 
 c10::IValue Ints(const std::vector<int64_t>& values) { return c10::List<int64_t>(values); }
 
-c10::IValue TensorOrNone(const at::Tensor& t) { return t.defined() ? c10::IValue(t) : c10::IValue(); }
+c10::IValue TensorOrNone(const at::Tensor& t) {
+  return t.defined() ? c10::IValue(t) : c10::IValue();
+}
 
 // Argument values the pickler writes and Python reads back.
 bool Picklable(const c10::IValue& value) {
@@ -73,20 +75,6 @@ bool Picklable(const c10::IValue& value) {
     return true;
   }
   return false;
-}
-
-const char* KindName(ArgSource::Kind kind) {
-  switch (kind) {
-    case ArgSource::Kind::kNode:
-      return "node";
-    case ArgSource::Kind::kParam:
-      return "param";
-    case ArgSource::Kind::kConstant:
-      return "constant";
-    case ArgSource::Kind::kNone:
-      return "none";
-  }
-  return "none";
 }
 
 c10::IValue OpToIValue(const Op& op) {
@@ -126,8 +114,9 @@ c10::IValue OpToIValue(const Op& op) {
   d.insert("creation_args_complete", complete);
   List sources = NewList();
   for (const ArgSource& source : op.arg_sources) {
-    sources.push_back(c10::ivalue::Tuple::create(
-        {std::string(KindName(source.kind)), source.name, static_cast<int64_t>(source.output_index)}));
+    sources.push_back(
+        c10::ivalue::Tuple::create({std::string(ArgSourceKindName(source.kind)), source.name,
+                                    static_cast<int64_t>(source.output_index)}));
   }
   d.insert("arg_sources", sources);
   d.insert("rng_state", TensorOrNone(op.rng_state));
@@ -220,7 +209,8 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
     for (WriteKind k : {WriteKind::kReassign, WriteKind::kInplace, WriteKind::kFused}) {
       if (WriteKindName(k) == name) op.buffer_write_kind = k;
     }
-    if (!op.buffer_write_kind) throw Reader::Malformed{absl::StrCat("ops[", index, "] has write kind \"", name, "\"")};
+    if (!op.buffer_write_kind)
+      throw Reader::Malformed{absl::StrCat("ops[", index, "] has write kind \"", name, "\"")};
   }
   const c10::IValue& changed = r.Field(d, "buffer_value_changed");
   if (changed.isBool()) op.buffer_value_changed = changed.toBool();
@@ -231,7 +221,8 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
   op.tensor_dtype = r.String(d, "tensor_dtype");
   op.parent_params = r.Strings(d, "parent_params");
   for (const c10::IValue& t : r.ListOf(d, "outs")) {
-    if (!t.isNone() && !t.isTensor()) throw Reader::Malformed{absl::StrCat("ops[", index, "] \"outs\" holds a non-tensor")};
+    if (!t.isNone() && !t.isTensor())
+      throw Reader::Malformed{absl::StrCat("ops[", index, "] \"outs\" holds a non-tensor")};
     op.outs.push_back(t.isTensor() ? t.toTensor() : at::Tensor());
   }
   if (r.Bool(d, "creation_args_complete")) {
@@ -249,7 +240,7 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
     const std::string& kind_name = e[0].toStringRef();
     for (ArgSource::Kind k : {ArgSource::Kind::kNode, ArgSource::Kind::kParam,
                               ArgSource::Kind::kConstant, ArgSource::Kind::kNone}) {
-      if (kind_name == KindName(k)) arg.kind = k;
+      if (kind_name == ArgSourceKindName(k)) arg.kind = k;
     }
     arg.name = e[1].toStringRef();
     arg.output_index = static_cast<int>(e[2].toInt());
@@ -322,7 +313,8 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
     bytes = torch::jit::pickle_save(root);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    return absl::InternalError(absl::StrCat("cannot serialize the trace: ", what.substr(0, what.find('\n'))));
+    return absl::InternalError(
+        absl::StrCat("cannot serialize the trace: ", what.substr(0, what.find('\n'))));
   }
   std::ofstream out(path, std::ios::binary);
   if (!out.good()) {
@@ -338,12 +330,14 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
 absl::StatusOr<Trace> LoadTrace(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in.good()) {
-    return absl::NotFoundError(absl::StrCat("cannot open trace file '", path, "': ", std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open trace file '", path, "': ", std::strerror(errno)));
   }
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   absl::StatusOr<Trace> trace = ParseTraceFile(bytes);
   if (!trace.ok()) {
-    return absl::Status(trace.status().code(), absl::StrCat("'", path, "': ", trace.status().message()));
+    return absl::Status(trace.status().code(),
+                        absl::StrCat("'", path, "': ", trace.status().message()));
   }
   return trace;
 }
@@ -375,8 +369,8 @@ absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
     Reader r("the trace file");
     const Dict root = r.DictAt(value);
     if (r.String(root, "format") != kTraceFileFormat) {
-      return absl::InvalidArgumentError(absl::StrCat("not a torchlens trace file (format \"",
-                                                     r.String(root, "format"), "\")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("not a torchlens trace file (format \"", r.String(root, "format"), "\")"));
     }
     const int64_t version = r.Int(root, "version");
     if (version != kTraceFileVersion) {
@@ -432,7 +426,8 @@ absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
     std::set<std::string> labels;
     for (const Op& op : parts.ops) {
       if (!labels.insert(op.label).second) {
-        return absl::InvalidArgumentError(absl::StrCat("malformed trace file: label \"", op.label, "\" appears twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("malformed trace file: label \"", op.label, "\" appears twice"));
       }
     }
     return Trace::Assemble(std::move(parts));

@@ -7,10 +7,10 @@
 #ifndef TORCHLENS_TESTDATA_TESTDATA_H_
 #define TORCHLENS_TESTDATA_TESTDATA_H_
 
+#include <torch/script.h>
+
 #include <string>
 #include <vector>
-
-#include <torch/script.h>
 
 namespace torchlens {
 namespace testdata {

@@ -12,7 +12,12 @@
 //
 // glibc's malloc adapts its mmap and trim thresholds to the allocation pattern, which
 // skews small-model timings 2-4x from run to run; the bench pins both (mallopt) first.
+#include <ATen/Parallel.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <malloc.h>
+#include <torch/script.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,15 +27,9 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <ATen/Parallel.h>
-#include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
-#include <nlohmann/json.hpp>
-#include <torch/script.h>
-#include <torch/torch.h>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
@@ -165,14 +164,17 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       options.models_dir = value;
     } else if (arg == "--models") {
       options.only = absl::StrSplit(value, ',');
-    } else if (arg == "--threads" && absl::SimpleAtoi(value, &options.threads) && options.threads > 0) {
-    } else if (arg == "--repeats" && absl::SimpleAtoi(value, &options.repeats) && options.repeats > 0) {
+    } else if (arg == "--threads" && absl::SimpleAtoi(value, &options.threads) &&
+               options.threads > 0) {
+    } else if (arg == "--repeats" && absl::SimpleAtoi(value, &options.repeats) &&
+               options.repeats > 0) {
     } else if (arg == "--json") {
       options.json_file = value;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bad flag ", argv[i], "; flags: --models a,b --threads N --repeats N --json FILE "
-          "--models_dir DIR"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad flag ", argv[i],
+                       "; flags: --models a,b --threads N --repeats N --json FILE "
+                       "--models_dir DIR"));
     }
   }
   return options;
@@ -192,8 +194,10 @@ absl::Status EnsureModels(const std::string& dir) {
   std::cerr << "bench: writing models into " << dir << " (tools/bench_models.py)\n";
   const std::string command = absl::StrCat("/usr/bin/python3 tools/bench_models.py '", dir, "'");
   if (std::system(command.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("`", command, "` failed; python3-torch and "
-                                            "python3-torchvision are needed (tools/bazelw installs them)"));
+    return absl::InternalError(
+        absl::StrCat("`", command,
+                     "` failed; python3-torch and "
+                     "python3-torchvision are needed (tools/bazelw installs them)"));
   }
   return absl::OkStatus();
 }
@@ -230,18 +234,20 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   };
   if (spec.full) {
     configs.push_back({"validate", [&] { (void)ValidateForwardPass(*reference); }, {}});
-    configs.push_back({"do_last_op",
-                       [&] {
-                         absl::StatusOr<DoResult> r = Do(*reference, {Edit{last->label, last->out + 1}});
-                         do_last_cone = r.ok() ? static_cast<int>(r->reexecuted.size()) : -1;
-                       },
-                       {}});
-    configs.push_back({"do_first_op",
-                       [&] {
-                         absl::StatusOr<DoResult> r = Do(*reference, {Edit{first->label, first->out + 1}});
-                         do_first_cone = r.ok() ? static_cast<int>(r->reexecuted.size()) : -1;
-                       },
-                       {}});
+    configs.push_back(
+        {"do_last_op",
+         [&] {
+           absl::StatusOr<DoResult> r = Do(*reference, {Edit{last->label, last->out + 1}});
+           do_last_cone = r.ok() ? static_cast<int>(r->reexecuted.size()) : -1;
+         },
+         {}});
+    configs.push_back(
+        {"do_first_op",
+         [&] {
+           absl::StatusOr<DoResult> r = Do(*reference, {Edit{first->label, first->out + 1}});
+           do_first_cone = r.ok() ? static_cast<int>(r->reexecuted.size()) : -1;
+         },
+         {}});
   }
   for (int warm = 0; warm < 3; ++warm) {
     for (Config& config : configs) config.run();
@@ -257,7 +263,8 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
     for (Config& config : configs) {
       const auto start = Clock::now();
       config.run();
-      config.micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      config.micros.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - start).count());
     }
   }
 
@@ -274,12 +281,9 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Config& config : configs) {
     const double median = Median(config.micros);
-    nlohmann::json row = {{"model", spec.name},
-                          {"config", config.name},
-                          {"median_us", median},
-                          {"ratio", median / plain},
-                          {"recorded_ops", user_ops},
-                          {"repeats", repeats}};
+    nlohmann::json row = {{"model", spec.name},       {"config", config.name},
+                          {"median_us", median},      {"ratio", median / plain},
+                          {"recorded_ops", user_ops}, {"repeats", repeats}};
     if (config.name.rfind("capture", 0) == 0) {
       row["added_us_per_op"] = (median - plain) / static_cast<double>(user_ops);
       const int64_t peak = config.name == "capture" ? capture_peak : unsaved_peak;
@@ -309,12 +313,14 @@ void PrintTable(const nlohmann::json& rows) {
     if (row.contains("reexecuted_ops")) ops = absl::StrCat(row["reexecuted_ops"].get<int>(), " re");
     std::cout << absl::StrFormat(
         "%-15s %-16s %12.1f %7.3fx %10s %7s %12s %10s %8s\n", row["model"].get<std::string>(),
-        row["config"].get<std::string>(), row["median_us"].get<double>(), row["ratio"].get<double>(),
-        number("added_us_per_op", "%.3f"), ops,
+        row["config"].get<std::string>(), row["median_us"].get<double>(),
+        row["ratio"].get<double>(), number("added_us_per_op", "%.3f"), ops,
         row.contains("peak_above_plain_bytes")
             ? absl::StrFormat("%.2f", row["peak_above_plain_bytes"].get<double>() / 1e6)
             : "",
-        row.contains("saved_bytes") ? absl::StrFormat("%.2f", row["saved_bytes"].get<double>() / 1e6) : "",
+        row.contains("saved_bytes")
+            ? absl::StrFormat("%.2f", row["saved_bytes"].get<double>() / 1e6)
+            : "",
         number("peak_above_plain_over_saved", "%.3f"));
   }
 }
@@ -356,8 +362,10 @@ int main(int argc, char** argv) {
   double per_op[2] = {0, 0};
   for (const nlohmann::json& row : all) {
     if (row["config"] != "capture_unsaved") continue;
-    if (row["model"] == "mlp200") per_op[0] = row["median_us"].get<double>() / row["recorded_ops"].get<double>();
-    if (row["model"] == "mlp2000") per_op[1] = row["median_us"].get<double>() / row["recorded_ops"].get<double>();
+    if (row["model"] == "mlp200")
+      per_op[0] = row["median_us"].get<double>() / row["recorded_ops"].get<double>();
+    if (row["model"] == "mlp2000")
+      per_op[1] = row["median_us"].get<double>() / row["recorded_ops"].get<double>();
   }
   if (per_op[0] > 0 && per_op[1] > 0) {
     std::cout << absl::StrFormat("scaling: capture cost per op at mlp2000 / mlp200 = %.3f\n",

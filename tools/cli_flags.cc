@@ -53,15 +53,15 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_
       int64_t value = 0;
       if (dim.empty() || dim.size() > 12 || !absl::SimpleAtoi(dim, &value) || value < 0 ||
           dim.find_first_not_of("0123456789") != absl::string_view::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--input_shape \"", text, "\": dimension \"", dim,
-            "\" is not a non-negative integer; expected e.g. 1,3,224,224"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--input_shape \"", text, "\": dimension \"", dim,
+                         "\" is not a non-negative integer; expected e.g. 1,3,224,224"));
       }
       shape.push_back(value);
       elements = value == 0 ? 0 : elements;
       if (value > 0 && elements > (int64_t{1} << 31) / value) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--input_shape \"", text, "\": an input of more than 2^31 elements"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--input_shape \"", text, "\": an input of more than 2^31 elements"));
       }
       elements *= value;
     }
@@ -73,18 +73,19 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_
 absl::StatusOr<EditFlag> ParseEdit(absl::string_view text) {
   const size_t eq = text.rfind('=');
   if (eq == absl::string_view::npos || eq == 0 || eq + 1 == text.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--edit \"", text, "\": expected LABEL=VALUE, e.g. relu_1_2:1=5"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--edit \"", text, "\": expected LABEL=VALUE, e.g. relu_1_2:1=5"));
   }
   EditFlag edit;
   edit.label = std::string(text.substr(0, eq));
   absl::string_view value = absl::StripAsciiWhitespace(text.substr(eq + 1));
   if (!absl::SimpleAtod(value, &edit.value)) {
-    return absl::InvalidArgumentError(absl::StrCat("--edit \"", text, "\": \"", value,
-                                                   "\" is not a number"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--edit \"", text, "\": \"", value, "\" is not a number"));
   }
   if (absl::StatusOr<ParsedKey> key = ParseKey(edit.label); !key.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--edit \"", text, "\": ", key.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--edit \"", text, "\": ", key.status().message()));
   }
   return edit;
 }
@@ -125,9 +126,9 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     } else if (name == "validate") {
       if (absl::Status s = no_value(); !s.ok()) return s;
       options.validate = true;
-    } else if (name == "model" || name == "input" || name == "summary" ||
-               name == "input_shape" || name == "mode" || name == "seed" || name == "edit" ||
-               name == "render" || name == "show_buffers" || name == "json" || name == "save") {
+    } else if (name == "model" || name == "input" || name == "summary" || name == "input_shape" ||
+               name == "mode" || name == "seed" || name == "edit" || name == "render" ||
+               name == "show_buffers" || name == "json" || name == "save") {
       absl::StatusOr<std::string> v = take_value();
       if (!v.ok()) return v.status();
       if (name == "model") {
@@ -144,8 +145,8 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
         options.save_file = *v;
       } else if (name == "show_buffers") {
         if (*v != "never" && *v != "meaningful" && *v != "always") {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "--show_buffers \"", *v, "\": expected never, meaningful or always"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("--show_buffers \"", *v, "\": expected never, meaningful or always"));
         }
         options.show_buffers = *v;
       } else if (name == "edit") {
@@ -171,9 +172,8 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     }
   }
   if ((options.validate || !options.edits.empty()) && !options.save_activations) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(options.validate ? "--validate" : "--edit",
-                     " needs saved values; drop --no_save"));
+    return absl::InvalidArgumentError(absl::StrCat(options.validate ? "--validate" : "--edit",
+                                                   " needs saved values; drop --no_save"));
   }
   if (!options.input_shapes.empty() && !options.input_file.empty()) {
     return absl::InvalidArgumentError("give --input_shape or --input, not both");

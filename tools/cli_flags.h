@@ -29,7 +29,7 @@ struct CliOptions {
   std::string summary_file;  // empty: stdout
   bool validate = false;
   std::vector<EditFlag> edits;
-  std::string render_file;  // .svg, .png or .pdf
+  std::string render_file;                  // .svg, .png or .pdf
   std::string show_buffers = "meaningful";  // never | meaningful | always
   std::string json_file;
   std::string save_file;

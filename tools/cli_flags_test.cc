@@ -19,8 +19,8 @@ TEST(ParseInputShapes, OneAndSeveralInputs) {
 }
 
 TEST(ParseInputShapes, RejectsBadShapes) {
-  for (const char* bad : {"", "1,,2", "1,x", "-1,3", "1;", "1.5", "99999999999999", "+3",
-                          "65536,65536"}) {
+  for (const char* bad :
+       {"", "1,,2", "1,x", "-1,3", "1;", "1.5", "99999999999999", "+3", "65536,65536"}) {
     absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ParseInputShapes(bad);
     EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(std::string(shapes.status().message()), HasSubstr("--input_shape")) << bad;
@@ -56,9 +56,13 @@ TEST(ParseCommandLine, FlagsWithAndWithoutEquals) {
 }
 
 TEST(ParseCommandLine, RejectsMistakes) {
-  const std::vector<std::vector<std::string>> bad = {
-      {"--bogus"}, {"model.pt"}, {"--model"}, {"--mode=fast"}, {"--seed=x"},
-      {"--no_save=1"}, {"--input=a.pt", "--input_shape=1"}};
+  const std::vector<std::vector<std::string>> bad = {{"--bogus"},
+                                                     {"model.pt"},
+                                                     {"--model"},
+                                                     {"--mode=fast"},
+                                                     {"--seed=x"},
+                                                     {"--no_save=1"},
+                                                     {"--input=a.pt", "--input_shape=1"}};
   for (const std::vector<std::string>& args : bad) {
     absl::StatusOr<CliOptions> options = ParseCommandLine(args);
     EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument) << args[0];

@@ -4,15 +4,15 @@
 //   tools/bazelw run //tools:torchlens -- --model /path/model.pt --input_shape 1,3,224,224
 //
 // Every failure prints one line "torchlens: error: ..." and exits with code 2.
+#include <torch/script.h>
+#include <torch/serialize.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <torch/script.h>
-#include <torch/serialize.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,9 +72,9 @@ absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
       inputs.push_back(element);
     }
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input file '", path, "' holds a ", value.tagKind(),
-        "; expected a tensor or a list/tuple of tensors saved with torch.save"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input file '", path, "' holds a ", value.tagKind(),
+                     "; expected a tensor or a list/tuple of tensors saved with torch.save"));
   }
   return inputs;
 }
@@ -100,8 +100,8 @@ absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<Edi
   }
   absl::StatusOr<DoResult> result = Do(trace, std::move(edits));
   if (!result.ok()) return result.status();
-  std::string out = absl::StrCat("\nIntervention: ", result->reexecuted.size(),
-                                 " nodes re-executed\n");
+  std::string out =
+      absl::StrCat("\nIntervention: ", result->reexecuted.size(), " nodes re-executed\n");
   for (const Diagnostic& warning : result->warnings) {
     absl::StrAppend(&out, "  warning: ", warning.message, "\n");
   }
@@ -111,9 +111,10 @@ absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<Edi
     if (at::equal(before, after)) {
       absl::StrAppend(&out, "  ", label, ": unchanged\n");
     } else {
-      const double change = (after.to(at::kDouble) - before.to(at::kDouble)).abs().max().item<double>();
-      absl::StrAppend(&out, "  ", label, ": changed (max abs change ", change, ") ",
-                      Values(before), " -> ", Values(after), "\n");
+      const double change =
+          (after.to(at::kDouble) - before.to(at::kDouble)).abs().max().item<double>();
+      absl::StrAppend(&out, "  ", label, ": changed (max abs change ", change, ") ", Values(before),
+                      " -> ", Values(after), "\n");
     }
   }
   return out;
@@ -122,8 +123,7 @@ absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<Edi
 // Exit code 1: the tool worked, the trace did not validate.
 constexpr int kValidationFailed = 1;
 
-absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
-                 int* exit_code) {
+absl::Status Run(const std::vector<std::string>& args, const std::string& argv0, int* exit_code) {
   absl::StatusOr<CliOptions> options = ParseCommandLine(args);
   if (!options.ok()) return options.status();
   if (options->help) {

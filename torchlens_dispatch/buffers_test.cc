@@ -1,19 +1,22 @@
 // Registered buffers as versioned state, on TorchScript models. Expected values come from
 // eager PyTorch (testdata/*.expected.pt) or hand arithmetic written next to the assertion.
+#include <ATen/ATen.h>
+#include <torch/script.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <torch/script.h>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
+#include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 
 namespace torchlens {
 namespace {
+
+using ::torchlens::testing_util::Get;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -21,13 +24,6 @@ using ::testing::HasSubstr;
 absl::StatusOr<Trace> Capture(const std::string& name, CaptureOptions options = {}) {
   torch::jit::Module model = testdata::LoadModel(name);
   return TraceModule(model, testdata::Expected(name).inputs(), options);
-}
-
-const Op& Get(const Trace& trace, const std::string& key) {
-  absl::StatusOr<const Op*> op = trace.Find(key);
-  EXPECT_TRUE(op.ok()) << op.status();
-  static const Op kMissing;
-  return op.ok() ? **op : kMissing;
 }
 
 at::Tensor Values(std::vector<float> values) { return at::tensor(values); }
@@ -291,7 +287,7 @@ TEST(BuffersTest, ReassignmentFromCppWithRegisterBuffer) {
   absl::StatusOr<Trace> trace = guard.Finish(out);
   ASSERT_TRUE(trace.ok()) << trace.status();
   const Buffer& b = trace->buffers().at("b");
-  EXPECT_EQ(b.num_overwrites, 1);  // exactly once
+  EXPECT_EQ(b.num_overwrites, 1);    // exactly once
   ASSERT_EQ(b.versions.size(), 1u);  // the first read already sees the new tensor
   EXPECT_EQ(b.versions[0]->buffer_write_kind, WriteKind::kReassign);
   EXPECT_TRUE(Equal(b.final_value, Values({3.0f, 3.0f})));

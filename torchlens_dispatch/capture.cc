@@ -1,14 +1,14 @@
 #include "torchlens_dispatch/capture.h"
 
-#include <optional>
-#include <string>
-#include <utility>
-
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/nn/module.h>
 #include <torch/script.h>
+
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "graph/build_trace.h"

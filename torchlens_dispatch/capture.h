@@ -30,10 +30,10 @@
 #ifndef TORCHLENS_DISPATCH_CAPTURE_H_
 #define TORCHLENS_DISPATCH_CAPTURE_H_
 
+#include <ATen/core/ivalue.h>
+
 #include <memory>
 #include <vector>
-
-#include <ATen/core/ivalue.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

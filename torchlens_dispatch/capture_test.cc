@@ -3,38 +3,29 @@
 // tools/gen_testdata.py; expected values come from eager PyTorch (testdata/*.expected.pt).
 #include "torchlens_dispatch/capture.h"
 
-#include <string>
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
+#include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture_key.h"
 
 namespace torchlens {
 namespace {
 
+using ::torchlens::testing_util::Get;
+using ::torchlens::testing_util::Labels;
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::vector<std::string> Labels(const Trace& trace) {
-  std::vector<std::string> labels;
-  for (const Op& op : trace.ops()) labels.push_back(op.label);
-  return labels;
-}
-
-const Op& Get(const Trace& trace, const std::string& key) {
-  absl::StatusOr<const Op*> op = trace.Find(key);
-  EXPECT_TRUE(op.ok()) << op.status();
-  static const Op kMissing;
-  return op.ok() ? **op : kMissing;
-}
 
 std::vector<at::Tensor> Tensors(const c10::IValue& value) {
   std::vector<at::Tensor> tensors;
@@ -104,7 +95,8 @@ TEST(CaptureTest, SavedActivationsEqualRecomputedOps) {
   const at::Tensor b1 = model.attr("fc1").toModule().attr("bias").toTensor();
   const at::Tensor h = at::matmul(x, w1.t()) + b1;
   EXPECT_TRUE(at::allclose(Get(*trace, "linear_1_1:1").out, h, 1e-6, 1e-6));
-  EXPECT_TRUE(BitIdentical(Get(*trace, "relu_1_2:1").out, at::relu(Get(*trace, "linear_1_1:1").out)));
+  EXPECT_TRUE(
+      BitIdentical(Get(*trace, "relu_1_2:1").out, at::relu(Get(*trace, "linear_1_1:1").out)));
   // Arguments are saved for replay: the relu's argument is the linear's output.
   const Op& relu = Get(*trace, "relu_1_2:1");
   ASSERT_EQ(relu.creation_args.size(), 1u);
@@ -140,9 +132,8 @@ TEST(CaptureTest, LoopReusingASubmoduleCountsPasses) {
   testdata::Expected expected("loop_reuse");
   absl::StatusOr<Trace> trace = TraceModule(model, expected.inputs());
   ASSERT_TRUE(trace.ok()) << trace.status();
-  EXPECT_THAT(Labels(*trace),
-              ElementsAre("input_1", "linear_1_1:1", "tanh_1_2:1", "linear_1_1:2", "tanh_1_2:2",
-                          "linear_1_1:3", "tanh_1_2:3", "output_1"));
+  EXPECT_THAT(Labels(*trace), ElementsAre("input_1", "linear_1_1:1", "tanh_1_2:1", "linear_1_1:2",
+                                          "tanh_1_2:2", "linear_1_1:3", "tanh_1_2:3", "output_1"));
   EXPECT_EQ(Get(*trace, "linear_1_1:2").module_address, "cell.fc");
   EXPECT_EQ(Get(*trace, "tanh_1_2:3").module_address, "cell");
   EXPECT_EQ(Get(*trace, "tanh_1_2:3").pass, 3);
@@ -159,8 +150,8 @@ TEST(CaptureTest, SubmoduleCalledTwiceIsOneLayerWithTwoPasses) {
   testdata::Expected expected("call_twice");
   absl::StatusOr<Trace> trace = TraceModule(model, expected.inputs());
   ASSERT_TRUE(trace.ok()) << trace.status();
-  EXPECT_THAT(Labels(*trace), ElementsAre("input_1", "linear_1_1:1", "relu_1_2:1",
-                                          "linear_1_1:2", "output_1"));
+  EXPECT_THAT(Labels(*trace),
+              ElementsAre("input_1", "linear_1_1:1", "relu_1_2:1", "linear_1_1:2", "output_1"));
   EXPECT_EQ(Get(*trace, "linear_1_1:2").module_address, "fc");
   EXPECT_EQ(Get(*trace, "relu_1_2:1").module_address, "");
   EXPECT_TRUE(at::allclose(Get(*trace, "output_1").out, expected.output(0), 1e-6, 1e-6));
@@ -171,8 +162,8 @@ TEST(CaptureTest, SeveralOutputs) {
   testdata::Expected expected("multi_output");
   absl::StatusOr<Trace> trace = TraceModule(model, expected.inputs());
   ASSERT_TRUE(trace.ok()) << trace.status();
-  EXPECT_THAT(Labels(*trace), ElementsAre("input_1", "linear_1_1:1", "sigmoid_1_2:1",
-                                          "mul_1_3:1", "output_1", "output_2"));
+  EXPECT_THAT(Labels(*trace), ElementsAre("input_1", "linear_1_1:1", "sigmoid_1_2:1", "mul_1_3:1",
+                                          "output_1", "output_2"));
   EXPECT_THAT(trace->output_labels(), ElementsAre("output_1", "output_2"));
   EXPECT_THAT(Get(*trace, "output_1").parents, ElementsAre("sigmoid_1_2:1"));
   EXPECT_THAT(Get(*trace, "output_2").parents, ElementsAre("mul_1_3:1"));
@@ -207,12 +198,29 @@ TEST(CaptureTest, ConvBatchNormGraphAndModules) {
 // Every test model: captured outputs equal eager PyTorch's, and outputs and final buffer
 // states are bit-identical with and without capture under the same executor settings.
 TEST(CaptureTest, CaptureNeverChangesWhatTheModelComputes) {
-  for (const char* name :
-       {"mlp", "convbn_train", "convbn_eval", "loop_reuse", "multi_output", "call_twice",
-        "inplace_after_read", "seed_recurrent", "recurrent_loop", "mul_add", "copy_into",
-        "slice_copy", "slice_assign", "read_only", "add_then_mul", "return_buffer",
-        "bn1d_train", "bn2d_train", "bn2d_eval", "instancenorm_train", "many_buffers",
-        "counter_cell", "causal_mask_bn"}) {
+  for (const char* name : {"mlp",
+                           "convbn_train",
+                           "convbn_eval",
+                           "loop_reuse",
+                           "multi_output",
+                           "call_twice",
+                           "inplace_after_read",
+                           "seed_recurrent",
+                           "recurrent_loop",
+                           "mul_add",
+                           "copy_into",
+                           "slice_copy",
+                           "slice_assign",
+                           "read_only",
+                           "add_then_mul",
+                           "return_buffer",
+                           "bn1d_train",
+                           "bn2d_train",
+                           "bn2d_eval",
+                           "instancenorm_train",
+                           "many_buffers",
+                           "counter_cell",
+                           "causal_mask_bn"}) {
     SCOPED_TRACE(name);
     testdata::Expected expected(name);
     torch::jit::Module plain = testdata::LoadModel(name);
@@ -251,9 +259,9 @@ TEST(CaptureTest, CaptureNeverChangesWhatTheModelComputes) {
 // TraceModule locates ops with site markers; a CaptureGuard around the model's own
 // executor asks the interpreter. Both must name the same layers and modules.
 TEST(CaptureTest, SiteMarkersAgreeWithTheInterpreter) {
-  for (const char* name : {"mlp", "convbn_train", "loop_reuse", "multi_output", "call_twice",
-                           "seed_recurrent", "recurrent_loop", "counter_cell", "demo",
-                           "instancenorm_train", "slice_assign"}) {
+  for (const char* name :
+       {"mlp", "convbn_train", "loop_reuse", "multi_output", "call_twice", "seed_recurrent",
+        "recurrent_loop", "counter_cell", "demo", "instancenorm_train", "slice_assign"}) {
     SCOPED_TRACE(name);
     testdata::Expected expected(name);
     torch::jit::Module marked_model = testdata::LoadModel(name);
@@ -399,8 +407,8 @@ TEST(CaptureTest, ForwardThatThrowsLeavesTheThreadClean) {
 
   absl::StatusOr<Trace> next = TraceModule(model, expected.inputs());
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_THAT(Labels(*next), ElementsAre("input_1", "linear_1_1:1", "select_1_2:1",
-                                         "select_2_3:1", "lt_1_4:1", "item_1_5:1", "output_1"));
+  EXPECT_THAT(Labels(*next), ElementsAre("input_1", "linear_1_1:1", "select_1_2:1", "select_2_3:1",
+                                         "lt_1_4:1", "item_1_5:1", "output_1"));
   EXPECT_TRUE(at::allclose(Get(*next, "output_1").out, expected.output(0), 1e-6, 1e-6));
 }
 

@@ -1,12 +1,12 @@
 // ModelLayout of TorchScript modules, cached (see NOTE [Model layouts]).
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/script.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
-
-#include <torch/csrc/jit/api/function_impl.h>
-#include <torch/script.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -78,8 +78,8 @@ void Walk(const c10::intrusive_ptr<c10::ivalue::Object>& object, const std::stri
       }
     } else if (type->getAttribute(slot)->is_module() && value.isObject()) {
       layout->checks.push_back(ModelLayout::SlotCheck{object.get(), slot, &value.toObjectRef()});
-      Walk(value.toObject(), Join(address, type->getAttributeName(slot)), layout, modules,
-           assigned, scanned);
+      Walk(value.toObject(), Join(address, type->getAttributeName(slot)), layout, modules, assigned,
+           scanned);
     }
   }
 }
@@ -133,11 +133,13 @@ class LayoutCache {
     std::shared_ptr<const ModelLayout> layout = Read(model);
     absl::MutexLock lock(&mutex_);
     // Forget models that died, and the oldest beyond the bound.
-    entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
-                                  [&](const Entry& e) { return e.root.expired() || e.root_address == root; }),
-                   entries_.end());
+    entries_.erase(
+        std::remove_if(entries_.begin(), entries_.end(),
+                       [&](const Entry& e) { return e.root.expired() || e.root_address == root; }),
+        entries_.end());
     if (entries_.size() >= kMaxModels) entries_.erase(entries_.begin());
-    entries_.push_back(Entry{c10::weak_intrusive_ptr<c10::ivalue::Object>(model._ivalue()), root, layout});
+    entries_.push_back(
+        Entry{c10::weak_intrusive_ptr<c10::ivalue::Object>(model._ivalue()), root, layout});
     return layout;
   }
 

@@ -48,9 +48,9 @@ absl::StatusOr<torch::jit::Module> LoadTorchScript(const std::string& path) {
         absl::StrCat("model file '", path, "' is not a complete TorchScript archive (",
                      FirstLine(e.what_without_backtrace()), "); ", kExpected));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model file '", path, "' is not a complete TorchScript archive (",
-                     FirstLine(e.what()), "); ", kExpected));
+    return absl::InvalidArgumentError(absl::StrCat("model file '", path,
+                                                   "' is not a complete TorchScript archive (",
+                                                   FirstLine(e.what()), "); ", kExpected));
   }
 }
 

@@ -5,9 +5,9 @@
 #ifndef TORCHLENS_DISPATCH_LOAD_MODEL_H_
 #define TORCHLENS_DISPATCH_LOAD_MODEL_H_
 
-#include <string>
-
 #include <torch/script.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 

@@ -56,7 +56,8 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     if (auto root = trace_modules->find(""); root != trace_modules->end()) {
       (root->second.*member).push_back(address);
     }
-    for (size_t dot = address.find('.'); dot != std::string::npos; dot = address.find('.', dot + 1)) {
+    for (size_t dot = address.find('.'); dot != std::string::npos;
+         dot = address.find('.', dot + 1)) {
       auto it = trace_modules->find(address.substr(0, dot));
       if (it != trace_modules->end()) (it->second.*member).push_back(address);
     }

@@ -14,14 +14,14 @@
 #ifndef TORCHLENS_DISPATCH_MODEL_LAYOUT_H_
 #define TORCHLENS_DISPATCH_MODEL_LAYOUT_H_
 
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
 #include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "graph/trace.h"

@@ -1,17 +1,21 @@
 // Capture of torch::nn (C++ frontend) modules: addressing, ownership-based module
 // attribution, passes of a re-called submodule, and buffer writes (in-place, fused, and
 // unjournaled). Expected running statistics are computed by hand from the saved values.
+#include <torch/torch.h>
+
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 
 namespace torchlens {
 namespace {
+
+using ::torchlens::testing_util::Get;
+using ::torchlens::testing_util::Labels;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -35,19 +39,6 @@ struct NetImpl : torch::nn::Module {
   torch::Tensor steps, window;
 };
 TORCH_MODULE(Net);
-
-std::vector<std::string> Labels(const Trace& trace) {
-  std::vector<std::string> labels;
-  for (const Op& op : trace.ops()) labels.push_back(op.label);
-  return labels;
-}
-
-const Op& Get(const Trace& trace, const std::string& key) {
-  absl::StatusOr<const Op*> op = trace.Find(key);
-  EXPECT_TRUE(op.ok()) << op.status();
-  static const Op kMissing;
-  return op.ok() ? **op : kMissing;
-}
 
 TEST(NnCaptureTest, GraphModulesAndBuffers) {
   torch::manual_seed(0);
@@ -79,8 +70,7 @@ TEST(NnCaptureTest, GraphModulesAndBuffers) {
                                    "copy__1_9:1", "t_2_10:1", "addmm_2_11:1"));
   // Attribution by ownership: an op belongs to the module owning a parameter or buffer it
   // reads; others to the root.
-  EXPECT_THAT(modules,
-              ElementsAre("fc1", "fc1", "bn", "bn", "", "", "", "", "", "fc2", "fc2"));
+  EXPECT_THAT(modules, ElementsAre("fc1", "fc1", "bn", "bn", "", "", "", "", "", "fc2", "fc2"));
 
   EXPECT_EQ(trace->modules().at("bn").type_name, "BatchNorm1d");
   EXPECT_EQ(trace->modules().at("fc1").type_name, "Linear");

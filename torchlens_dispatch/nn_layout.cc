@@ -1,9 +1,9 @@
 // ModelLayout of torch::nn (C++ frontend) modules, read on every capture.
+#include <torch/nn/module.h>
+
 #include <memory>
 #include <string>
 #include <utility>
-
-#include <torch/nn/module.h>
 
 #include "torchlens_dispatch/layout_builder.h"
 #include "torchlens_dispatch/model_layout.h"

@@ -1,17 +1,17 @@
 #include "torchlens_dispatch/recorder.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/clone.h>
+#include <ATen/ops/equal.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
 #include <algorithm>
 #include <mutex>
 #include <new>
 #include <string>
 #include <utility>
-
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/clone.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
-#include <ATen/ops/equal.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -66,8 +66,7 @@ Recorder* Recorder::Current() { return current_recorder; }
 
 void Recorder::SetCurrent(Recorder* recorder) { current_recorder = recorder; }
 
-Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training,
-                   CaptureOptions options)
+Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options)
     : layout_(std::move(layout)),
       options_(options),
       module_addresses_(layout_->module_addresses, &layout_->module_ids),
@@ -173,9 +172,10 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     record_.sources.resize(sources_mark);
     pending_writes_.clear();
     if (failure_.ok()) {
-      failure_ = absl::AbortedError(absl::StrCat(
-          "the forward pass threw while capturing (", op.operator_name().name, ": ",
-          FirstLine(e.what()), "); the trace would be incomplete. Fix the error and capture again"));
+      failure_ = absl::AbortedError(
+          absl::StrCat("the forward pass threw while capturing (", op.operator_name().name, ": ",
+                       FirstLine(e.what()),
+                       "); the trace would be incomplete. Fix the error and capture again"));
     }
     throw;
   }
@@ -535,9 +535,9 @@ int32_t Recorder::EnsureBufferVersion(int32_t buffer) {
   return AddBufferVersion(buffer, std::nullopt, -1, 0, state.latest, std::nullopt);
 }
 
-int32_t Recorder::AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind,
-                                   int32_t producer, int32_t producer_output,
-                                   at::Tensor snapshot, std::optional<bool> changed) {
+int32_t Recorder::AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind, int32_t producer,
+                                   int32_t producer_output, at::Tensor snapshot,
+                                   std::optional<bool> changed) {
   BufferState& state = buffers_[buffer];
   NodeRecord node;
   node.kind = NodeRecord::Kind::kBufferVersion;
@@ -590,7 +590,8 @@ void Recorder::CheckAssignedBuffers() {
   record_.stats.buffer_slot_reads += static_cast<int64_t>(assigned_buffers_.size());
   for (int32_t buffer : assigned_buffers_) {
     const at::Tensor now = CurrentBuffer(*buffers_[buffer].entry);
-    if (now.defined() && now.unsafeGetTensorImpl() != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+    if (now.defined() &&
+        now.unsafeGetTensorImpl() != buffers_[buffer].holder.unsafeGetTensorImpl()) {
       OnReassign(buffer, now);
     }
   }
@@ -669,8 +670,8 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
     record_.sources.push_back(source);
     node.sources_end = static_cast<int32_t>(record_.sources.size());
     node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
-    AddOutput(tensor, source.slot >= 0 ? source.slot
-                                       : (options_.save_activations ? Save(tensor) : -1));
+    AddOutput(tensor,
+              source.slot >= 0 ? source.slot : (options_.save_activations ? Save(tensor) : -1));
     node.outputs_end = static_cast<int32_t>(record_.outputs.size());
     record_.nodes.push_back(node);
   });

@@ -42,21 +42,21 @@
 #ifndef TORCHLENS_DISPATCH_RECORDER_H_
 #define TORCHLENS_DISPATCH_RECORDER_H_
 
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/stack.h>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "graph/capture_record.h"
-#include "torchlens_dispatch/capture_options.h"
 #include "graph/fused_mutators.h"
+#include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/script_sites.h"
 
@@ -93,25 +93,26 @@ class Recorder {
     absl::InlinedVector<uint32_t, 2> written_arguments;  // alias_info()->isWrite()
     const FusedMutator* fused = nullptr;
     c10::Symbol symbol;  // for matching marked sites
-    bool random = false;  // consumes randomness: tagged nondeterministic_seeded or takes a Generator
+    bool random =
+        false;  // consumes randomness: tagged nondeterministic_seeded or takes a Generator
   };
   struct TensorEntry {
-    int32_t node = -1;       // producing node; -1: a parameter, or a buffer not yet read
+    int32_t node = -1;  // producing node; -1: a parameter, or a buffer not yet read
     int32_t output_index = 0;
-    int32_t slot = -1;       // saved current value; -1 when not saved (yet)
-    int32_t param = -1;      // a parameter
-    int32_t buffer = -1;     // this TensorImpl is the registered buffer now
+    int32_t slot = -1;            // saved current value; -1 when not saved (yet)
+    int32_t param = -1;           // a parameter
+    int32_t buffer = -1;          // this TensorImpl is the registered buffer now
     bool aliases_buffer = false;  // its storage overlaps a buffer's storage
     std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>>
         alive;  // unsaved mode only
   };
   struct StorageEntry {
-    absl::InlinedVector<int32_t, 1> buffers;     // buffers living in this storage
-    absl::InlinedVector<int32_t, 2> saved_slots; // saved values living in this storage
+    absl::InlinedVector<int32_t, 1> buffers;      // buffers living in this storage
+    absl::InlinedVector<int32_t, 2> saved_slots;  // saved values living in this storage
   };
   struct BufferState {
-    const ModelLayout::BufferEntry* entry;  // in layout_
-    at::Tensor holder;                    // the registered tensor as last seen
+    const ModelLayout::BufferEntry* entry;   // in layout_
+    at::Tensor holder;                       // the registered tensor as last seen
     std::vector<at::Tensor> former_holders;  // kept alive: see NOTE [Tensor identity]
     int64_t begin_byte = 0, end_byte = 0;    // range of `holder` in its storage
     int32_t last_version = -1;               // latest version node
@@ -134,8 +135,7 @@ class Recorder {
     uint32_t num_returns = 0;
     c10::Symbol symbol;
   };
-  void OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                torch::jit::Stack* stack);
+  void OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
   // Before the call: argument sources, saved arguments, copy-on-write, pending writes.
   PreparedOp Prepare(const c10::OperatorHandle& op, torch::jit::Stack* stack, NodeRecord* node);
   // After the call: the op node, its outputs, and the buffer versions it wrote.
@@ -155,7 +155,7 @@ class Recorder {
   void AddOutput(const at::Tensor& tensor, int32_t slot);
   void RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
                       bool touches_buffer);
-  int32_t Save(const at::Tensor& tensor);  // a new slot (copy-on-write registered)
+  int32_t Save(const at::Tensor& tensor);            // a new slot (copy-on-write registered)
   int32_t SaveSnapshot(const at::Tensor& snapshot);  // a new slot for a private copy
   void Remember(const at::Tensor& tensor, TensorEntry entry);
 

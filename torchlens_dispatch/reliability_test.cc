@@ -1,12 +1,12 @@
 // Bad input, faults and faithfulness: every mistake a clear status, every fault contained.
-#include <fstream>
-#include <string>
-#include <vector>
-
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/torch.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -37,7 +37,8 @@ TEST(BadModelFileTest, EachProblemHasItsCodeAndNamesTheFile) {
   EXPECT_THAT(std::string(empty.status().message()), HasSubstr("is empty"));
 
   std::ifstream model("testdata/mlp.pt", std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(model)), std::istreambuf_iterator<char>());
+  const std::string bytes((std::istreambuf_iterator<char>(model)),
+                          std::istreambuf_iterator<char>());
   std::ofstream(Temp("truncated.pt"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   absl::StatusOr<torch::jit::Module> truncated = LoadTorchScript(Temp("truncated.pt"));
   EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
@@ -57,11 +58,11 @@ TEST(BadModelFileTest, EachProblemHasItsCodeAndNamesTheFile) {
 TEST(BadInputsTest, WrongShapeDtypeOrCountIsInvalidArgument) {
   torch::jit::Module model = testdata::LoadModel("mlp");  // forward(x: [N, 4])
   const std::vector<std::vector<c10::IValue>> bad = {
-      {torch::randn({2, 5})},                      // shape
-      {torch::ones({2, 4}, torch::kInt64)},        // dtype
+      {torch::randn({2, 5})},                        // shape
+      {torch::ones({2, 4}, torch::kInt64)},          // dtype
       {torch::randn({2, 4}), torch::randn({2, 4})},  // count
-      {},                                          // count
-      {c10::IValue(3)},                            // not a tensor
+      {},                                            // count
+      {c10::IValue(3)},                              // not a tensor
   };
   for (size_t i = 0; i < bad.size(); ++i) {
     absl::StatusOr<Trace> trace = TraceModule(model, bad[i]);
@@ -121,8 +122,9 @@ TEST(FaultsTest, ForwardThrowingFromAnOpLeavesBuffersAsTheForwardLeftThem) {
   }
   EXPECT_ANY_THROW(reference.forward({bad}));
   for (const char* name : {"fc.weight", "fc.bias"}) {
-    EXPECT_TRUE(torch::equal(model.attr("fc").toModule().attr(std::string(name).substr(3)).toTensor(),
-                             reference.attr("fc").toModule().attr(std::string(name).substr(3)).toTensor()));
+    EXPECT_TRUE(
+        torch::equal(model.attr("fc").toModule().attr(std::string(name).substr(3)).toTensor(),
+                     reference.attr("fc").toModule().attr(std::string(name).substr(3)).toTensor()));
   }
   absl::StatusOr<Trace> next = TraceModule(model, testdata::Expected("raises").inputs());
   ASSERT_TRUE(next.ok()) << next.status();
@@ -162,11 +164,12 @@ TEST(FaultsTest, AllocationFailureWhileSavingIsAnErrorNotAHalfTrace) {
 // gradients after backward() are bit-identical with and without capture.
 TEST(FaithfulnessTest, CaptureNeverChangesResultsOrGradients) {
   for (const char* name :
-       {"mlp", "convbn_train", "loop_reuse", "multi_output", "call_twice", "seed_recurrent",
-        "recurrent_loop", "mul_add", "copy_into", "slice_copy", "slice_assign", "read_only",
-        "add_then_mul", "bn1d_train", "bn2d_train", "instancenorm_train", "many_buffers",
-        "counter_cell", "causal_mask_bn", "demo", "bn_loop_train", "dropout_train",
-        "inplace_activation"}) {
+       {"mlp",           "convbn_train",   "loop_reuse",        "multi_output",
+        "call_twice",    "seed_recurrent", "recurrent_loop",    "mul_add",
+        "copy_into",     "slice_copy",     "slice_assign",      "read_only",
+        "add_then_mul",  "bn1d_train",     "bn2d_train",        "instancenorm_train",
+        "many_buffers",  "counter_cell",   "causal_mask_bn",    "demo",
+        "bn_loop_train", "dropout_train",  "inplace_activation"}) {
     for (bool train : {true, false}) {
       SCOPED_TRACE(absl::StrCat(name, train ? " train" : " eval"));
       const std::vector<c10::IValue> inputs = testdata::Expected(name).inputs();

@@ -1,16 +1,15 @@
 #include "torchlens_dispatch/script_runner.h"
 
-#include <memory>
-#include <utility>
-
-#include <cstdint>
-#include <deque>
-
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/script.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -41,8 +40,8 @@ std::string InstanceEntry(const torch::jit::ModuleInstanceInfo& info) {
     type = info.class_type()->name()->qualifiedName();
     type = type.substr(type.find_last_of('.') + 1);
   }
-  return absl::StrCat(info.instance_name().empty() ? "UNKNOWN_INSTANCE" : info.instance_name(),
-                      "(", type.empty() ? "UNKNOWN_TYPE" : type, ")");
+  return absl::StrCat(info.instance_name().empty() ? "UNKNOWN_INSTANCE" : info.instance_name(), "(",
+                      type.empty() ? "UNKNOWN_TYPE" : type, ")");
 }
 
 // The site ScriptSites would read from the interpreter while `node` runs.
@@ -121,14 +120,13 @@ void CompleteCallStack(torch::jit::Node* node, torch::jit::Function* callee,
                        const torch::jit::SourceRange& call_site,
                        const c10::optional<torch::jit::ModuleInstanceInfo>& instance) {
   c10::optional<torch::jit::InlinedCallStackPtr> stack = node->callstack();
-  const bool has_call_site = stack.has_value() && (*stack)->function() == callee &&
-                             (*stack)->source_range() == call_site;
+  const bool has_call_site =
+      stack.has_value() && (*stack)->function() == callee && (*stack)->source_range() == call_site;
   if (!has_call_site) {
-    node->setCallStack(stack.has_value()
-                           ? c10::make_intrusive<torch::jit::InlinedCallStack>(
-                                 *stack, callee, call_site, instance)
-                           : c10::make_intrusive<torch::jit::InlinedCallStack>(
-                                 callee, call_site, instance));
+    node->setCallStack(
+        stack.has_value()
+            ? c10::make_intrusive<torch::jit::InlinedCallStack>(*stack, callee, call_site, instance)
+            : c10::make_intrusive<torch::jit::InlinedCallStack>(callee, call_site, instance));
   }
   for (torch::jit::Block* inner : node->blocks()) {
     CompleteCallStacks(inner, callee, call_site, instance);
@@ -199,8 +197,8 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
     sites->back().plan = sites;
     sites->back().index = static_cast<int32_t>(sites->size()) - 1;
     torch::jit::WithInsertPoint insert_before(node);
-    torch::jit::Value* site = graph->insertConstant(
-        static_cast<int64_t>(reinterpret_cast<intptr_t>(&sites->back())));
+    torch::jit::Value* site =
+        graph->insertConstant(static_cast<int64_t>(reinterpret_cast<intptr_t>(&sites->back())));
     graph->insertNode(graph->create(kSiteMarker, {site}, /*num_outputs=*/0));
   }
   return graph;

@@ -15,10 +15,10 @@
 #ifndef TORCHLENS_DISPATCH_SCRIPT_RUNNER_H_
 #define TORCHLENS_DISPATCH_SCRIPT_RUNNER_H_
 
+#include <ATen/core/ivalue.h>
+
 #include <string>
 #include <vector>
-
-#include <ATen/core/ivalue.h>
 
 namespace torch {
 namespace jit {

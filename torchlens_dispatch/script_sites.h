@@ -14,13 +14,13 @@
 #ifndef TORCHLENS_DISPATCH_SCRIPT_SITES_H_
 #define TORCHLENS_DISPATCH_SCRIPT_SITES_H_
 
+#include <ATen/core/interned_strings.h>
+#include <torch/csrc/jit/frontend/source_range.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/core/interned_strings.h>
-#include <torch/csrc/jit/frontend/source_range.h>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -38,9 +38,9 @@ namespace torchlens {
 struct MarkedSite {
   const void* plan = nullptr;  // the private plan the site belongs to
   int32_t index = 0;           // dense, within the plan
-  c10::Symbol op;        // the node's operator, e.g. aten::linear
-  std::string address;   // innermost module instance, as ParseModuleHierarchy gives it
-  uint64_t position = 0; // as ScriptSites::Current computes it at run time
+  c10::Symbol op;              // the node's operator, e.g. aten::linear
+  std::string address;         // innermost module instance, as ParseModuleHierarchy gives it
+  uint64_t position = 0;       // as ScriptSites::Current computes it at run time
 };
 
 // Called by the marker op.

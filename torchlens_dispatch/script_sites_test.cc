@@ -27,16 +27,16 @@ TEST(ParseModuleHierarchy, NestedInstances) {
 }
 
 TEST(ParseModuleHierarchy, FreeFunctionsStayInTheirModule) {
-  const Parsed parsed = Parse({"TOP(Net)::forward", "bn(BatchNorm2d)::forward",
-                               "CALL_FUNCTION::batch_norm()::batch_norm"});
+  const Parsed parsed = Parse(
+      {"TOP(Net)::forward", "bn(BatchNorm2d)::forward", "CALL_FUNCTION::batch_norm()::batch_norm"});
   EXPECT_EQ(parsed.address, "bn");
   EXPECT_EQ(parsed.innermost, 1u);
   EXPECT_EQ(Parse({"TOP(Net)::forward", "::helper"}).address, "");
 }
 
 TEST(ParseModuleHierarchy, MethodOnSelfUnderTheInstanceName) {
-  const Parsed parsed = Parse({"TOP(Demo)::forward", "stem(Conv2d)::forward",
-                               "stem(Conv2d)::_conv_forward"});
+  const Parsed parsed =
+      Parse({"TOP(Demo)::forward", "stem(Conv2d)::forward", "stem(Conv2d)::_conv_forward"});
   EXPECT_EQ(parsed.address, "stem");
   EXPECT_EQ(parsed.innermost, 1u);
 }

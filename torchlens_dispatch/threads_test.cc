@@ -1,19 +1,20 @@
 // Capture is per thread: other threads run untouched, and concurrent captures of
 // different models produce complete, independent traces.
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
 #include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
-#include <torch/torch.h>
-#include <torch/script.h>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
+#include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/capture_key.h"
 #include "validation/validate.h"
@@ -21,11 +22,7 @@
 namespace torchlens {
 namespace {
 
-std::vector<std::string> Labels(const Trace& trace) {
-  std::vector<std::string> labels;
-  for (const Op& op : trace.ops()) labels.push_back(op.label);
-  return labels;
-}
+using ::torchlens::testing_util::Labels;
 
 at::Tensor RunReference(torch::jit::Module& model, const testdata::Expected& expected) {
   torch::jit::GraphOptimizerEnabledGuard same_settings(false);

@@ -1,9 +1,9 @@
 #include "validation/intervene.h"
 
-#include <utility>
-
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -123,7 +123,8 @@ absl::StatusOr<DoResult> Do(const Trace& trace, std::vector<Edit> edits, DoOptio
       } else {
         int certified = -1;
         for (size_t k = 0; k < captured_producer.outs.size(); ++k) {
-          if (Identical(captured_producer.outs[k], original[i].out)) certified = static_cast<int>(k);
+          if (Identical(captured_producer.outs[k], original[i].out))
+            certified = static_cast<int>(k);
         }
         if (certified < 0) {
           gap = absl::StrCat("its producer ", producer.label,
@@ -140,9 +141,9 @@ absl::StatusOr<DoResult> Do(const Trace& trace, std::vector<Edit> edits, DoOptio
         changed[i] = false;  // value independent of the edit
         continue;
       }
-      const std::string message = absl::StrCat(
-          "buffer version ", op.label, " (", op.address, ":", op.buffer_pass,
-          ") keeps its captured value: ", gap, "; the edit does not propagate through it");
+      const std::string message = absl::StrCat("buffer version ", op.label, " (", op.address, ":",
+                                               op.buffer_pass, ") keeps its captured value: ", gap,
+                                               "; the edit does not propagate through it");
       if (options.strict) return absl::FailedPreconditionError(message);
       result.warnings.push_back(Diagnostic{DiagnosticKind::kBufferThreadGap, op.label, message});
       changed[i] = false;  // readers keep the captured state

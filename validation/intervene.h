@@ -26,10 +26,10 @@
 #ifndef TORCHLENS_VALIDATION_INTERVENE_H_
 #define TORCHLENS_VALIDATION_INTERVENE_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "graph/trace.h"

@@ -2,40 +2,30 @@
 // hand computations from the saved parameters.
 #include "validation/intervene.h"
 
-#include <string>
-#include <vector>
-
 #include <torch/script.h>
 #include <torch/torch.h>
+
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
+#include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 #include "validation/validate.h"
 
 namespace torchlens {
 namespace {
 
+using ::torchlens::testing_util::Capture;
+using ::torchlens::testing_util::Get;
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-Trace Capture(const std::string& name) {
-  torch::jit::Module model = testdata::LoadModel(name);
-  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected(name).inputs());
-  EXPECT_TRUE(trace.ok()) << trace.status();
-  return trace.ok() ? *std::move(trace) : Trace();
-}
-
-const Op& Get(const Trace& trace, const std::string& key) {
-  absl::StatusOr<const Op*> op = trace.Find(key);
-  EXPECT_TRUE(op.ok()) << op.status();
-  static const Op kMissing;
-  return op.ok() ? **op : kMissing;
-}
 
 // Every saved tensor of a trace, cloned, to check later that nothing was written.
 std::vector<at::Tensor> SavedTensors(const Trace& trace) {
@@ -153,8 +143,8 @@ TEST(DoTest, SeveralEditsAndAForkOfAFork) {
   ASSERT_TRUE(fork_of_fork.ok()) << fork_of_fork.status();
   absl::StatusOr<DoResult> direct = Do(trace, {Edit{"relu_1_2:1", at::full_like(relu.out, 3.0)}});
   ASSERT_TRUE(direct.ok());
-  EXPECT_TRUE(at::equal(Get(fork_of_fork->trace, "output_1").out,
-                        Get(direct->trace, "output_1").out));
+  EXPECT_TRUE(
+      at::equal(Get(fork_of_fork->trace, "output_1").out, Get(direct->trace, "output_1").out));
   EXPECT_TRUE(at::equal(Get(both->trace, "relu_1_2:1").out, at::full_like(relu.out, 2.0)));
 }
 
@@ -168,8 +158,8 @@ TEST(DoTest, SliceWriteIsAThreadGap) {
   EXPECT_EQ(result->warnings[0].label, "buffer_1:2");
   EXPECT_THAT(result->warnings[0].message, HasSubstr("slice"));
   // The version keeps its captured value; the op output was recomputed.
-  EXPECT_TRUE(at::equal(result->trace.buffers().at("b").final_value,
-                        trace.buffers().at("b").final_value));
+  EXPECT_TRUE(
+      at::equal(result->trace.buffers().at("b").final_value, trace.buffers().at("b").final_value));
   EXPECT_TRUE(at::equal(Get(result->trace, "output_1").out, input.out * 10));
 
   absl::StatusOr<DoResult> strict = Do(trace, {Edit{"input_1", input.out * 5}}, DoOptions{true});

@@ -1,14 +1,14 @@
 #include "validation/replay.h"
 
-#include <mutex>
-#include <optional>
-#include <string>
-#include <utility>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -24,9 +24,8 @@ absl::StatusOr<c10::OperatorHandle> Handle(const Op& op) {
       c10::Dispatcher::singleton().findSchema({op.func_name, op.overload_name});
   if (!handle.has_value()) {
     return absl::NotFoundError(absl::StrCat(
-        "not replayable: operator ", op.func_name,
-        op.overload_name.empty() ? "" : ".", op.overload_name,
-        " is not registered in this process (load the library that defines it)"));
+        "not replayable: operator ", op.func_name, op.overload_name.empty() ? "" : ".",
+        op.overload_name, " is not registered in this process (load the library that defines it)"));
   }
   return *handle;
 }
@@ -99,10 +98,10 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
   if (!handle.ok()) return handle.status();
   const c10::FunctionSchema& schema = handle->schema();
   if (args.size() != schema.arguments().size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "not replayable: ", op.label, " has ", args.size(), " saved arguments, ",
-        op.func_name, " takes ", schema.arguments().size(),
-        " (capture with CaptureOptions::save_activations = true)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("not replayable: ", op.label, " has ", args.size(), " saved arguments, ",
+                     op.func_name, " takes ", schema.arguments().size(),
+                     " (capture with CaptureOptions::save_activations = true)"));
   }
 
   // NOTE [Replay never writes captured data]
@@ -113,9 +112,8 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
     const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
     const bool state = updating && IsStateArgument(*fused, static_cast<int>(i));
     if ((alias != nullptr && alias->isWrite()) || state) {
-      args[i] = MapTensors(args[i], [](const at::Tensor& t) {
-        return t.defined() ? t.detach().clone() : t;
-      });
+      args[i] = MapTensors(
+          args[i], [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; });
       if (state && args[i].isTensor()) {
         result.state_after.emplace_back(static_cast<int>(i), args[i].toTensor());
       }
@@ -125,9 +123,9 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
   std::optional<CapturedRandomness> randomness;
   if (ConsumesRandomness(*handle)) {
     if (!op.rng_state.defined()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "not replayable: ", op.func_name,
-          " consumes randomness and the trace holds no generator state for it"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("not replayable: ", op.func_name,
+                       " consumes randomness and the trace holds no generator state for it"));
     }
     randomness.emplace(op.rng_state);
   }
@@ -137,8 +135,8 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
   try {
     handle->callBoxed(stack);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("not replayable: ", op.func_name, " threw: ",
-                                            FirstLine(e.what_without_backtrace())));
+    return absl::InternalError(absl::StrCat("not replayable: ", op.func_name,
+                                            " threw: ", FirstLine(e.what_without_backtrace())));
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("not replayable: ", op.func_name, " threw: ", FirstLine(e.what())));

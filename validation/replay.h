@@ -13,11 +13,11 @@
 #ifndef TORCHLENS_VALIDATION_REPLAY_H_
 #define TORCHLENS_VALIDATION_REPLAY_H_
 
-#include <functional>
-#include <vector>
-
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+
+#include <functional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/trace.h"
@@ -25,7 +25,7 @@
 namespace torchlens {
 
 struct ReplayResult {
-  std::vector<at::Tensor> outputs;  // every tensor return, in order (like Op::outs)
+  std::vector<at::Tensor> outputs;   // every tensor return, in order (like Op::outs)
   std::vector<c10::IValue> returns;  // the returns as the op gave them (scalars included)
   // For fused mutators that updated their state: the state arguments after the call,
   // paired with the argument index (see NOTE [Fused buffer writes]).

@@ -1,12 +1,12 @@
 #include "validation/validate.h"
 
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
 #include <deque>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -31,21 +31,21 @@ struct ShapeOnlyArgument {
   int tensor_index;  // -1: every tensor argument
 };
 constexpr ShapeOnlyArgument kShapeOnlyArguments[] = {
-    {"aten::zeros_like", -1}, {"aten::ones_like", -1},  {"aten::empty_like", -1},
-    {"aten::full_like", -1},  {"aten::rand_like", -1},  {"aten::randn_like", -1},
+    {"aten::zeros_like", -1},   {"aten::ones_like", -1}, {"aten::empty_like", -1},
+    {"aten::full_like", -1},    {"aten::rand_like", -1}, {"aten::randn_like", -1},
     {"aten::randint_like", -1}, {"aten::new_zeros", -1}, {"aten::new_ones", -1},
-    {"aten::new_empty", -1},  {"aten::new_full", -1},   {"aten::expand_as", 1},
-    {"aten::view_as", 1},     {"aten::reshape_as", 1},  {"aten::type_as", 1},
-    {"aten::copy_", 0},       {"aten::fill_", 0},       {"aten::zero_", 0},
-    {"aten::normal_", 0},     {"aten::uniform_", 0},    {"aten::random_", 0},
-    {"aten::exponential_", 0}, {"aten::cauchy_", 0},    {"aten::log_normal_", 0},
-    {"aten::geometric_", 0},  {"aten::bernoulli_", 0},
+    {"aten::new_empty", -1},    {"aten::new_full", -1},  {"aten::expand_as", 1},
+    {"aten::view_as", 1},       {"aten::reshape_as", 1}, {"aten::type_as", 1},
+    {"aten::copy_", 0},         {"aten::fill_", 0},      {"aten::zero_", 0},
+    {"aten::normal_", 0},       {"aten::uniform_", 0},   {"aten::random_", 0},
+    {"aten::exponential_", 0},  {"aten::cauchy_", 0},    {"aten::log_normal_", 0},
+    {"aten::geometric_", 0},    {"aten::bernoulli_", 0},
 };
 
 // Ops whose outputs are uninitialized memory: replay checks their shape and dtype only.
 constexpr absl::string_view kUninitializedOutputs[] = {
-    "aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided",
-    "aten::new_empty_strided",
+    "aten::empty",         "aten::empty_like",        "aten::new_empty",
+    "aten::empty_strided", "aten::new_empty_strided",
 };
 
 bool Uninitialized(const Op& op) {
@@ -57,7 +57,8 @@ bool Uninitialized(const Op& op) {
 
 bool ShapeOnly(const Op& op, int tensor_index) {
   for (const ShapeOnlyArgument& entry : kShapeOnlyArguments) {
-    if (entry.op == op.func_name && (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
+    if (entry.op == op.func_name &&
+        (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
       return true;
     }
   }
@@ -71,7 +72,8 @@ bool ZeroedByAnotherArgument(const Op& op, const std::vector<at::Tensor>& saved,
                              const std::vector<int>& parent_indexes) {
   if (op.func_name != "aten::mul" && op.func_name != "aten::mul_") return false;
   for (int i = 0; i < static_cast<int>(saved.size()); ++i) {
-    if (std::find(parent_indexes.begin(), parent_indexes.end(), i) != parent_indexes.end()) continue;
+    if (std::find(parent_indexes.begin(), parent_indexes.end(), i) != parent_indexes.end())
+      continue;
     if (saved[i].defined() && saved[i].numel() > 0 && !saved[i].is_complex() &&
         !(saved[i] != 0).any().item<bool>()) {
       return true;
@@ -101,8 +103,8 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
     return absl::StrFormat("max abs difference %.6g%s", finite.max().item<double>(),
                            at::isnan(diff).any().item<bool>() ? " (and NaN placement)" : "");
   }
-  return absl::StrCat(
-      (actual != expected).sum().item<int64_t>(), " of ", actual.numel(), " elements differ");
+  return absl::StrCat((actual != expected).sum().item<int64_t>(), " of ", actual.numel(),
+                      " elements differ");
 }
 
 // The `attempt`-th perturbation of a saved value (0, 1, 2), cheapest first; the op must
@@ -145,7 +147,8 @@ bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
 
 class Validator {
  public:
-  explicit Validator(const Trace& trace) : trace_(trace), generator_(at::make_generator<at::CPUGeneratorImpl>(20240601)) {
+  explicit Validator(const Trace& trace)
+      : trace_(trace), generator_(at::make_generator<at::CPUGeneratorImpl>(20240601)) {
     for (const Op& op : trace_.ops()) by_label_.emplace(op.label, &op);
   }
 
@@ -197,8 +200,8 @@ class Validator {
     }
     if (from_arguments != op.parents) {
       Fail(op, absl::StrCat("wrong parents: the graph names [", absl::StrJoin(op.parents, ", "),
-                            "] but the arguments came from [",
-                            absl::StrJoin(from_arguments, ", "), "]"));
+                            "] but the arguments came from [", absl::StrJoin(from_arguments, ", "),
+                            "]"));
     }
     const std::vector<at::Tensor> saved = SavedArguments(op);
     for (size_t i = 0; i < op.arg_sources.size() && i < saved.size(); ++i) {
@@ -209,11 +212,11 @@ class Validator {
         Fail(op, absl::StrCat("wrong parent: argument ", i, " names unknown node ", source.name));
         continue;
       }
-      const at::Tensor parent_value =
-          source.output_index < static_cast<int>(parent->outs.size())
-              ? parent->outs[source.output_index]
-              : parent->out;
-      if (parent_value.defined() && saved[i].unsafeGetTensorImpl() == parent_value.unsafeGetTensorImpl()) {
+      const at::Tensor parent_value = source.output_index < static_cast<int>(parent->outs.size())
+                                          ? parent->outs[source.output_index]
+                                          : parent->out;
+      if (parent_value.defined() &&
+          saved[i].unsafeGetTensorImpl() == parent_value.unsafeGetTensorImpl()) {
         continue;
       }
       if (std::optional<std::string> diff = Difference(saved[i], parent_value)) {
@@ -223,16 +226,16 @@ class Validator {
     }
 
     // Replay.
-    std::vector<c10::IValue> args = ReplayArguments(
-        op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
+    std::vector<c10::IValue> args =
+        ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
     absl::StatusOr<ReplayResult> replay = ReplayOp(op, args);
     if (!replay.ok()) {
       Fail(op, replay.status().message());
       return;
     }
     if (replay->outputs.size() != op.outs.size()) {
-      Fail(op, absl::StrCat("replay returned ", replay->outputs.size(), " tensors, the trace saved ",
-                            op.outs.size()));
+      Fail(op, absl::StrCat("replay returned ", replay->outputs.size(),
+                            " tensors, the trace saved ", op.outs.size()));
       return;
     }
     for (size_t k = 0; k < op.outs.size(); ++k) {
@@ -267,14 +270,16 @@ class Validator {
       });
     }
     for (const auto& [argument, after] : replay.state_after) {
-      const int tensor_index = argument < static_cast<int>(first_tensor.size()) ? first_tensor[argument] : -1;
+      const int tensor_index =
+          argument < static_cast<int>(first_tensor.size()) ? first_tensor[argument] : -1;
       if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) continue;
       const Op* previous = Node(op.arg_sources[tensor_index].name);
       if (previous == nullptr || !previous->is_buffer) continue;  // not a registered buffer
       const Op* version = nullptr;
       for (const std::string& child : op.children) {
         const Op* candidate = Node(child);
-        if (candidate != nullptr && candidate->is_buffer && candidate->address == previous->address &&
+        if (candidate != nullptr && candidate->is_buffer &&
+            candidate->address == previous->address &&
             candidate->buffer_write_kind == WriteKind::kFused) {
           version = candidate;
         }
@@ -286,17 +291,17 @@ class Validator {
       }
       fused_checked_.insert(version);
       if (std::optional<std::string> diff = Difference(after, version->out)) {
-        Fail(*version, absl::StrCat("fused write of ", version->address,
-                                    " differs from re-running ", op.label, " from ",
-                                    previous->label, " (", *diff, ")"));
+        Fail(*version,
+             absl::StrCat("fused write of ", version->address, " differs from re-running ",
+                          op.label, " from ", previous->label, " (", *diff, ")"));
       }
     }
   }
 
   void CheckPerturbations(const Op& op, const ReplayResult& unperturbed) {
     const FusedMutator* fused = FindFusedMutator(op.func_name);
-    const std::vector<c10::IValue> plain = ReplayArguments(
-        op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
+    const std::vector<c10::IValue> plain =
+        ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
     const bool updating = fused != nullptr && UpdatesState(*fused, plain);
     // Tensor indexes that are fused state arguments.
     absl::flat_hash_set<int> state_tensors;
@@ -314,8 +319,8 @@ class Validator {
       std::vector<int> indexes;
       for (int i = 0; i < static_cast<int>(op.arg_sources.size()); ++i) {
         const ArgSource& source = op.arg_sources[i];
-        if (source.kind == ArgSource::Kind::kNode && source.name == parent &&
-            !ShapeOnly(op, i) && !state_tensors.contains(i)) {
+        if (source.kind == ArgSource::Kind::kNode && source.name == parent && !ShapeOnly(op, i) &&
+            !state_tensors.contains(i)) {
           indexes.push_back(i);
         }
       }
@@ -323,12 +328,13 @@ class Validator {
       const std::vector<at::Tensor> saved = SavedArguments(op);
       if (ZeroedByAnotherArgument(op, saved, indexes)) continue;
       bool empty = true;
-      for (int i : indexes) empty = empty && (i >= static_cast<int>(saved.size()) || saved[i].numel() == 0);
+      for (int i : indexes)
+        empty = empty && (i >= static_cast<int>(saved.size()) || saved[i].numel() == 0);
       if (empty) continue;
       bool reacted = false;
       for (size_t attempt = 0; attempt < 3 && !reacted; ++attempt) {
-        std::vector<c10::IValue> args = ReplayArguments(
-            op, [&](int index, const ArgSource&, const at::Tensor& value) {
+        std::vector<c10::IValue> args =
+            ReplayArguments(op, [&](int index, const ArgSource&, const at::Tensor& value) {
               if (std::find(indexes.begin(), indexes.end(), index) == indexes.end()) return value;
               return Perturbation(value, attempt, generator_);
             });
@@ -417,8 +423,7 @@ class Validator {
     std::vector<const Op*> frontier;
     absl::flat_hash_set<const Op*> reached;
     for (const Op& op : trace_.ops()) {
-      const bool sink = op.is_output() ||
-                        (op.is_buffer && op.buffer_write_kind.has_value()) ||
+      const bool sink = op.is_output() || (op.is_buffer && op.buffer_write_kind.has_value()) ||
                         (op.is_compute() && op.outs.empty());
       if (sink && reached.insert(&op).second) frontier.push_back(&op);
     }

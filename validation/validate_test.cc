@@ -2,20 +2,23 @@
 // validation must fail and name the tampered node.
 #include "validation/validate.h"
 
-#include <string>
-#include <vector>
-
 #include <torch/script.h>
 #include <torch/torch.h>
+
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
+#include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 
 namespace torchlens {
 namespace {
+
+using ::torchlens::testing_util::Capture;
 
 using ::testing::AllOf;
 using ::testing::Contains;
@@ -23,13 +26,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
-
-Trace Capture(const std::string& name) {
-  torch::jit::Module model = testdata::LoadModel(name);
-  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected(name).inputs());
-  EXPECT_TRUE(trace.ok()) << trace.status();
-  return trace.ok() ? *std::move(trace) : Trace();
-}
 
 Op& Mutable(Trace& trace, const std::string& label) {
   for (Op& op : trace.mutable_ops()) {
@@ -41,13 +37,35 @@ Op& Mutable(Trace& trace, const std::string& label) {
 }
 
 TEST(ValidateTest, EveryTestModelValidates) {
-  for (const char* name :
-       {"mlp", "convbn_train", "convbn_eval", "loop_reuse", "multi_output", "call_twice",
-        "inplace_after_read", "seed_recurrent", "recurrent_loop", "mul_add", "copy_into",
-        "slice_copy", "slice_assign", "read_only", "add_then_mul", "return_buffer",
-        "bn1d_train", "bn2d_train", "bn2d_eval", "instancenorm_train", "many_buffers",
-        "counter_cell", "causal_mask_bn", "demo", "bn_loop_train", "dropout_train",
-        "inplace_activation", "growing_list", "stochastic_depth_train"}) {
+  for (const char* name : {"mlp",
+                           "convbn_train",
+                           "convbn_eval",
+                           "loop_reuse",
+                           "multi_output",
+                           "call_twice",
+                           "inplace_after_read",
+                           "seed_recurrent",
+                           "recurrent_loop",
+                           "mul_add",
+                           "copy_into",
+                           "slice_copy",
+                           "slice_assign",
+                           "read_only",
+                           "add_then_mul",
+                           "return_buffer",
+                           "bn1d_train",
+                           "bn2d_train",
+                           "bn2d_eval",
+                           "instancenorm_train",
+                           "many_buffers",
+                           "counter_cell",
+                           "causal_mask_bn",
+                           "demo",
+                           "bn_loop_train",
+                           "dropout_train",
+                           "inplace_activation",
+                           "growing_list",
+                           "stochastic_depth_train"}) {
     SCOPED_TRACE(name);
     const Trace trace = Capture(name);
     absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
@@ -68,8 +86,8 @@ TEST(ValidateTest, ListArgumentsKeepTheirContentsAtCallTime) {
   const Op* first_cat = *trace.Find("cat_1_1:1");
   ASSERT_EQ(first_cat->creation_args[0].toListRef().size(), 1u);
   EXPECT_THAT(first_cat->parents, ElementsAre("input_1"));
-  EXPECT_TRUE(at::allclose((*trace.Find("output_1"))->out,
-                           testdata::Expected("growing_list").output(0)));
+  EXPECT_TRUE(
+      at::allclose((*trace.Find("output_1"))->out, testdata::Expected("growing_list").output(0)));
 }
 
 TEST(ValidateTest, SliceWritesAreStateTransitionOnly) {

@@ -1,7 +1,7 @@
 // Uses torchlens from another Bazel workspace through its public headers and //:torchlens.
-#include <string>
-
 #include <torch/torch.h>
+
+#include <string>
 
 #include "graph/render.h"
 #include "graph/trace.h"
@@ -34,8 +34,8 @@ TEST(ConsumerTest, CaptureValidateInterveneRender) {
       torchlens::Do(*trace, {torchlens::Edit{"input_1", torch::zeros({2, 3})}});
   ASSERT_TRUE(edited.ok()) << edited.status();
   const torch::Tensor bias = net[0]->as<torch::nn::Linear>()->bias;
-  EXPECT_TRUE(torch::allclose((*edited->trace.Find("output_1"))->out,
-                              torch::relu(bias).expand({2, 3})));
+  EXPECT_TRUE(
+      torch::allclose((*edited->trace.Find("output_1"))->out, torch::relu(bias).expand({2, 3})));
 
   const std::string dot = torchlens::RenderDot(*trace);
   EXPECT_NE(dot.find("relu_1_3:1"), std::string::npos);

@@ -1,7 +1,7 @@
 // Captures a small torch::nn model and prints what torchlens saw.
-#include <iostream>
-
 #include <torch/torch.h>
+
+#include <iostream>
 
 #include "graph/summary.h"
 #include "torchlens_dispatch/capture.h"

@@ -11,8 +11,8 @@ namespace {
 const torchlens::Trace& SmallTrace() {
   static const torchlens::Trace* trace = [] {
     torchlens::TraceParts parts;
-    for (const char* label : {"input_1", "relu_1_1:1", "relu_1_1:2", "buffer_1:1", "buffer_1:2",
-                              "output_1"}) {
+    for (const char* label :
+         {"input_1", "relu_1_1:1", "relu_1_1:2", "buffer_1:1", "buffer_1:2", "output_1"}) {
       torchlens::Op op;
       op.label = label;
       op.type = std::string(label).substr(0, std::string(label).find('_'));

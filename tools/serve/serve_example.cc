@@ -8,6 +8,8 @@
 // (files NAME.pt written by torch.save, served in name order). Each answer prints one line.
 #include <dirent.h>
 #include <sys/stat.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -17,9 +19,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <torch/serialize.h>
-#include <torch/torch.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -75,11 +74,13 @@ int main(int argc, char** argv) {
       capture.clear();
       for (absl::string_view id : absl::StrSplit(value, ',', absl::SkipEmpty())) {
         int n = 0;
-        if (!absl::SimpleAtoi(id, &n)) return Fail(absl::StrCat("--capture: \"", id, "\" is not a request id"));
+        if (!absl::SimpleAtoi(id, &n))
+          return Fail(absl::StrCat("--capture: \"", id, "\" is not a request id"));
         capture.insert(n);
       }
     } else {
-      return Fail(absl::StrCat("bad flag ", argv[i], "; flags: --model --input_shape --input_dir "
+      return Fail(absl::StrCat("bad flag ", argv[i],
+                               "; flags: --model --input_shape --input_dir "
                                "--out_dir --requests --workers --capture"));
     }
   }
@@ -103,7 +104,8 @@ int main(int argc, char** argv) {
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) {
       std::ifstream file(absl::StrCat(input_dir, "/", name), std::ios::binary);
-      std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+      std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
+                              std::istreambuf_iterator<char>());
       absl::StatusOr<c10::IValue> value = torchlens::LoadPickled(bytes);
       if (!value.ok() || !value->isTensor()) {
         return Fail(absl::StrCat(name, " is not a tensor saved with torch.save"));
@@ -112,7 +114,8 @@ int main(int argc, char** argv) {
       batch.push_back({id, value->toTensor(), capture.count(id) > 0});
     }
   } else {
-    absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = torchlens::ParseInputShapes(input_shape);
+    absl::StatusOr<std::vector<std::vector<int64_t>>> shapes =
+        torchlens::ParseInputShapes(input_shape);
     if (!shapes.ok() || shapes->size() != 1) return Fail("--input_shape: one shape, e.g. 2,1,5,5");
     torch::manual_seed(0);
     for (int id = 0; id < requests; ++id) {

@@ -1,10 +1,10 @@
 #include "tools/serve/service.h"
 
+#include <torch/torch.h>
+
 #include <atomic>
 #include <thread>
 #include <utility>
-
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "graph/render.h"
@@ -55,7 +55,8 @@ Answer Service::Handle(const Request& request) {
     answer.status = SaveTrace(*trace, answer.trace_file);
     if (answer.status.ok()) answer.status = RenderToFile(*trace, answer.graph_file);
   } catch (const std::exception& e) {
-    answer.status = absl::InvalidArgumentError(absl::StrCat("request ", request.id, ": ", e.what()));
+    answer.status =
+        absl::InvalidArgumentError(absl::StrCat("request ", request.id, ": ", e.what()));
   }
   return answer;
 }

@@ -10,11 +10,11 @@
 #ifndef TORCHLENS_TOOLS_SERVE_SERVICE_H_
 #define TORCHLENS_TOOLS_SERVE_SERVICE_H_
 
-#include <string>
-#include <vector>
-
 #include <ATen/core/Tensor.h>
 #include <torch/script.h>
+
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -30,8 +30,8 @@ struct Request {
 struct Answer {
   int id = 0;
   at::Tensor output;
-  absl::Status status;       // the forward's, or the capture's when captured
-  std::string trace_file;    // set for captured requests
+  absl::Status status;     // the forward's, or the capture's when captured
+  std::string trace_file;  // set for captured requests
   std::string graph_file;
   int captured_ops = 0;
 };

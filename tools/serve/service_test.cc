@@ -3,12 +3,11 @@
 #include "tools/serve/service.h"
 
 #include <dirent.h>
+#include <torch/torch.h>
 
 #include <set>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

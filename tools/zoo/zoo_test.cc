@@ -7,19 +7,19 @@
 //
 // Writes a markdown table (model, ops, buffers, verdict, capture cost) to
 // $TEST_UNDECLARED_OUTPUTS_DIR/zoo.md and to the log.
+#include <torch/script.h>
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <torch/script.h>
-#include <torch/torch.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -54,9 +54,8 @@ struct Row {
   std::vector<std::string> problems;
 };
 
-std::string ModeCheck(const std::string& name, const std::string& mode,
-                      const std::string& dir, torch::jit::Module& values, bool detection,
-                      Row* row) {
+std::string ModeCheck(const std::string& name, const std::string& mode, const std::string& dir,
+                      torch::jit::Module& values, bool detection, Row* row) {
   absl::StatusOr<torch::jit::Module> model = LoadTorchScript(absl::StrCat(dir, "/", name, ".pt"));
   if (!model.ok()) return absl::StrCat("load: ", model.status().message());
   absl::StatusOr<torch::jit::Module> twin = LoadTorchScript(absl::StrCat(dir, "/", name, ".pt"));
@@ -76,12 +75,15 @@ std::string ModeCheck(const std::string& name, const std::string& mode,
   torch::manual_seed(0);
   const std::vector<at::Tensor> plain = Flatten(RunUnoptimized(*twin, inputs));
   std::vector<at::Tensor> captured;
-  for (const std::string& label : trace->output_labels()) captured.push_back((*trace->Find(label))->out);
+  for (const std::string& label : trace->output_labels())
+    captured.push_back((*trace->Find(label))->out);
   if (captured.size() != plain.size()) {
-    return absl::StrCat(mode, ": ", captured.size(), " outputs captured, ", plain.size(), " returned");
+    return absl::StrCat(mode, ": ", captured.size(), " outputs captured, ", plain.size(),
+                        " returned");
   }
   for (size_t i = 0; i < plain.size(); ++i) {
-    if (!at::equal(captured[i], plain[i])) return absl::StrCat(mode, ": output ", i, " differs from the uncaptured run");
+    if (!at::equal(captured[i], plain[i]))
+      return absl::StrCat(mode, ": output ", i, " differs from the uncaptured run");
     const std::string key = absl::StrCat(mode, "_output_", i);
     if (!values.hasattr(key)) return absl::StrCat(mode, ": no eager output ", i);
     const at::Tensor eager = values.attr(key).toTensor();
@@ -91,7 +93,8 @@ std::string ModeCheck(const std::string& name, const std::string& mode,
     }
   }
   for (const torch::jit::NameTensor& buffer : twin->named_buffers()) {
-    const std::string key = absl::StrCat(mode, "_buffer__", absl::StrReplaceAll(buffer.name, {{".", "__"}}));
+    const std::string key =
+        absl::StrCat(mode, "_buffer__", absl::StrReplaceAll(buffer.name, {{".", "__"}}));
     torch::jit::NameTensor captured_buffer{buffer.name, at::Tensor()};
     for (const torch::jit::NameTensor& b : model->named_buffers()) {
       if (b.name == buffer.name) captured_buffer.value = b.value;
@@ -99,16 +102,17 @@ std::string ModeCheck(const std::string& name, const std::string& mode,
     if (!at::equal(captured_buffer.value, buffer.value)) {
       return absl::StrCat(mode, ": buffer ", buffer.name, " differs from the uncaptured run");
     }
-    if (values.hasattr(key) && !at::allclose(buffer.value.to(at::kDouble),
-                                             values.attr(key).toTensor().to(at::kDouble), 1e-3, 1e-4)) {
+    if (values.hasattr(key) &&
+        !at::allclose(buffer.value.to(at::kDouble), values.attr(key).toTensor().to(at::kDouble),
+                      1e-3, 1e-4)) {
       return absl::StrCat(mode, ": buffer ", buffer.name, " differs from eager PyTorch");
     }
   }
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
   if (!report.ok()) return absl::StrCat(mode, " validate: ", report.status().message());
   if (!report->passed) {
-    return absl::StrCat(mode, " validation: ", report->failures.size(), " failures, first: ",
-                        report->failures.front());
+    return absl::StrCat(mode, " validation: ", report->failures.size(),
+                        " failures, first: ", report->failures.front());
   }
   // BatchNorm: in training mode each of the three buffers is written once per call.
   std::map<std::string, int> calls;
@@ -149,7 +153,8 @@ std::string ModeCheck(const std::string& name, const std::string& mode,
 
 TEST(ZooTest, EveryExportedModel) {
   const char* dir = std::getenv("TORCHLENS_ZOO_DIR");
-  ASSERT_NE(dir, nullptr) << "run tools/zoo_models.py DIR and pass --test_env=TORCHLENS_ZOO_DIR=DIR";
+  ASSERT_NE(dir, nullptr)
+      << "run tools/zoo_models.py DIR and pass --test_env=TORCHLENS_ZOO_DIR=DIR";
   std::ifstream report_file(absl::StrCat(dir, "/report.json"));
   ASSERT_TRUE(report_file.good()) << "no report.json in " << dir;
   const nlohmann::json report = nlohmann::json::parse(report_file);
@@ -158,8 +163,8 @@ TEST(ZooTest, EveryExportedModel) {
   std::vector<std::string> not_exported;
   for (const auto& [name, entry] : report.items()) {
     if (entry["exported"].is_null()) {
-      not_exported.push_back(absl::StrCat("| ", name, " | ", entry["family"].get<std::string>(), " | ",
-                                          entry["reason"].get<std::string>(), " |"));
+      not_exported.push_back(absl::StrCat("| ", name, " | ", entry["family"].get<std::string>(),
+                                          " | ", entry["reason"].get<std::string>(), " |"));
       continue;
     }
     Row row;

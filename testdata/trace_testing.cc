@@ -1,0 +1,31 @@
+#include "testdata/trace_testing.h"
+
+#include "gtest/gtest.h"
+#include "testdata/testdata.h"
+#include "torchlens_dispatch/capture.h"
+
+namespace torchlens {
+namespace testing_util {
+
+Trace Capture(const std::string& name, CaptureOptions options) {
+  torch::jit::Module model = testdata::LoadModel(name);
+  absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected(name).inputs(), options);
+  EXPECT_TRUE(trace.ok()) << name << ": " << trace.status();
+  return trace.ok() ? *std::move(trace) : Trace();
+}
+
+std::vector<std::string> Labels(const Trace& trace) {
+  std::vector<std::string> labels;
+  for (const Op& op : trace.ops()) labels.push_back(op.label);
+  return labels;
+}
+
+const Op& Get(const Trace& trace, const std::string& key) {
+  absl::StatusOr<const Op*> op = trace.Find(key);
+  EXPECT_TRUE(op.ok()) << op.status();
+  static const Op kMissing;
+  return op.ok() ? **op : kMissing;
+}
+
+}  // namespace testing_util
+}  // namespace torchlens

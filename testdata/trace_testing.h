@@ -1,0 +1,27 @@
+// Helpers shared by the tests that capture the test models.
+#ifndef TORCHLENS_TESTDATA_TRACE_TESTING_H_
+#define TORCHLENS_TESTDATA_TRACE_TESTING_H_
+
+#include <string>
+#include <vector>
+
+#include "graph/trace.h"
+#include "torchlens_dispatch/capture_options.h"
+
+namespace torchlens {
+namespace testing_util {
+
+// TraceModule of testdata/NAME.pt on its generated inputs; an empty trace (and a test
+// failure) when capture fails.
+Trace Capture(const std::string& name, CaptureOptions options = {});
+
+// Every node's label, in execution order.
+std::vector<std::string> Labels(const Trace& trace);
+
+// trace.Find(key), failing the test (and returning an empty Op) when it is not found.
+const Op& Get(const Trace& trace, const std::string& key);
+
+}  // namespace testing_util
+}  // namespace torchlens
+
+#endif  // TORCHLENS_TESTDATA_TRACE_TESTING_H_
