@@ -91,6 +91,9 @@ int FixedArgument(uint8_t op) {
 
 absl::Status CheckPickle(const Bytes& bytes, uint64_t begin, uint64_t end) {
   uint64_t at = begin;
+  // Memo ids: writers number them from 0, one per put. The unpickler reserves room for
+  // twice the id it is given, so an id beyond the puts so far asks for memory at will.
+  uint64_t puts = 0;
   while (at < end) {
     const uint8_t op = static_cast<uint8_t>(bytes.View(at, 1)[0]);
     ++at;
@@ -98,6 +101,16 @@ absl::Status CheckPickle(const Bytes& bytes, uint64_t begin, uint64_t end) {
     const int fixed = FixedArgument(op);
     if (fixed >= 0) {
       if (at + fixed > end) return Bad("a pickle opcode runs past the end of data.pkl");
+      if (op == 'q' || op == 'r' || op == 'h' || op == 'j') {
+        const uint64_t id = bytes.Read(at, fixed);
+        const bool put = op == 'q' || op == 'r';
+        if (put ? id > puts : id >= puts) {
+          return Bad(absl::StrCat("a pickle memo id ", id, " with ", puts, " values memoized"));
+        }
+        if (put && id == puts) ++puts;
+      } else if (op == 0x94) {  // MEMOIZE
+        ++puts;
+      }
       at += fixed;
       continue;
     }

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "graph/summary.h"
 
 namespace torchlens {
@@ -191,9 +191,9 @@ absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOpt
   // One Graphviz context for the process, used under a lock: Graphviz is not thread-safe,
   // and freeing a context leaves its text-layout plugin's font cache dangling (a
   // use-after-free in libgvplugin_pango on the next context, seen under ASan).
-  static absl::Mutex* graphviz_mutex = new absl::Mutex();
+  static std::mutex* graphviz_mutex = new std::mutex();
   static GVC_t* graphviz = gvContext();
-  absl::MutexLock lock(graphviz_mutex);
+  std::lock_guard<std::mutex> lock(*graphviz_mutex);
   GVC_t* const context = graphviz;
   if (context == nullptr) return absl::InternalError("Graphviz: cannot create a context");
   Agraph_t* graph = agmemread(dot.c_str());

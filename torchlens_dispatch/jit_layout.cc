@@ -8,11 +8,10 @@
 #include <string>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "torchlens_dispatch/layout_builder.h"
 #include "torchlens_dispatch/model_layout.h"
 
@@ -124,14 +123,14 @@ class LayoutCache {
   std::shared_ptr<const ModelLayout> Get(const torch::jit::Module& model) {
     const c10::ivalue::Object* root = model._ivalue().get();
     {
-      absl::MutexLock lock(&mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       for (Entry& entry : entries_) {
         if (entry.root.expired() || entry.root_address != root) continue;
         if (Matches(*entry.layout, root)) return entry.layout;
       }
     }
     std::shared_ptr<const ModelLayout> layout = Read(model);
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     // Forget models that died, and the oldest beyond the bound.
     entries_.erase(
         std::remove_if(entries_.begin(), entries_.end(),
@@ -150,8 +149,8 @@ class LayoutCache {
     const c10::ivalue::Object* root_address;
     std::shared_ptr<const ModelLayout> layout;
   };
-  absl::Mutex mutex_;
-  std::vector<Entry> entries_ ABSL_GUARDED_BY(mutex_);
+  std::mutex mutex_;
+  std::vector<Entry> entries_;
 };
 
 }  // namespace

@@ -11,10 +11,9 @@
 #include <memory>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "torchlens_dispatch/script_sites.h"
 
 namespace torchlens {
@@ -208,7 +207,7 @@ class PlanCache {
  public:
   torch::jit::GraphFunction& Get(const torch::jit::GraphFunction& method) {
     std::shared_ptr<torch::jit::Graph> source = method.graph();
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     PrivatePlan& plan = plans_[source.get()];
     if (plan.function == nullptr) {
       plan.source = source;
@@ -220,8 +219,8 @@ class PlanCache {
   }
 
  private:
-  absl::Mutex mutex_;
-  absl::flat_hash_map<const torch::jit::Graph*, PrivatePlan> plans_ ABSL_GUARDED_BY(mutex_);
+  std::mutex mutex_;
+  absl::flat_hash_map<const torch::jit::Graph*, PrivatePlan> plans_;
 };
 
 PlanCache& Plans() {

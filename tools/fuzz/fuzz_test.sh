@@ -27,5 +27,7 @@ cp tools/fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true
 printf 'leak:libtorch_cpu.so\n' >"$TEST_TMPDIR/lsan.supp"
 export ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0
 export LSAN_OPTIONS=suppressions=$TEST_TMPDIR/lsan.supp:print_suppressions=0
-"$binary" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+# A fixed seed: the same exploration on every run (FUZZ_SEED and FUZZ_SECONDS override).
+"$binary" -seed="${FUZZ_SEED:-1}" -max_total_time="${FUZZ_SECONDS:-$seconds}" -timeout=10 \
+  -rss_limit_mb=4096 -malloc_limit_mb=2048 -print_final_stats=1 \
   -artifact_prefix="$TEST_TMPDIR/" "$corpus" 2>&1 | tail -n 25
