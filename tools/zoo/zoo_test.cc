@@ -159,12 +159,22 @@ TEST(ZooTest, EveryExportedModel) {
   ASSERT_TRUE(report_file.good()) << "no report.json in " << dir;
   const nlohmann::json report = nlohmann::json::parse(report_file);
   at::set_num_threads(1);
+  // TORCHLENS_ZOO_SECONDS: start no model after that many seconds (CI runs the zoo in the
+  // time it has left); the models not reached are listed as such.
+  const char* budget = std::getenv("TORCHLENS_ZOO_SECONDS");
+  const double seconds = budget != nullptr ? std::atof(budget) : 1e9;
+  const auto start = Clock::now();
   std::vector<Row> rows;
   std::vector<std::string> not_exported;
+  std::vector<std::string> not_reached;
   for (const auto& [name, entry] : report.items()) {
     if (entry["exported"].is_null()) {
       not_exported.push_back(absl::StrCat("| ", name, " | ", entry["family"].get<std::string>(),
                                           " | ", entry["reason"].get<std::string>(), " |"));
+      continue;
+    }
+    if (std::chrono::duration<double>(Clock::now() - start).count() > seconds) {
+      not_reached.push_back(name);
       continue;
     }
     Row row;
@@ -193,6 +203,9 @@ TEST(ZooTest, EveryExportedModel) {
   }
   table << "\nNot exported:\n\n| model | family | reason |\n|---|---|---|\n";
   for (const std::string& line : not_exported) table << line << "\n";
+  if (!not_reached.empty()) {
+    table << "\nNot run within TORCHLENS_ZOO_SECONDS: " << absl::StrJoin(not_reached, ", ") << "\n";
+  }
   std::cout << table.str();
   if (const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR")) {
     std::ofstream(absl::StrCat(out, "/zoo.md")) << table.str();
