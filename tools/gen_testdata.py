@@ -338,6 +338,21 @@ class StochasticDepth(nn.Module):
         return x * noise
 
 
+class ModuleListLoop(nn.Module):
+    """torchvision's ASPP pattern: a ModuleList iterated in a loop, BatchNorms inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList(
+            [nn.Sequential(nn.Conv2d(2, 2, 1), nn.BatchNorm2d(2)) for _ in range(2)])
+
+    def forward(self, x):
+        outputs = []
+        for conv in self.convs:
+            outputs.append(conv(x))
+        return torch.cat(outputs, 1)
+
+
 class ConvBlock(nn.Module):
     def __init__(self, channels):
         super().__init__()
@@ -415,6 +430,7 @@ def models():
         "inplace_activation": (InplaceActivation, [rand(1, 3)], False),
         "growing_list": (GrowingList, [rand(2, 2)], False),
         "stochastic_depth_train": (StochasticDepth, [rand(6, 3)], True),
+        "modulelist_train": (ModuleListLoop, [rand(2, 2, 3, 3)], True),
     }
 
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
@@ -231,6 +232,23 @@ TEST(BuffersTest, InstanceNormTrackingRunningStats) {
     EXPECT_EQ(buffer.versions.back()->buffer_write_kind, WriteKind::kFused) << stat;
     EXPECT_EQ(buffer.versions.back()->buffer_value_changed, true) << stat;
     EXPECT_TRUE(at::allclose(buffer.final_value, expected.buffer(stat), 1e-5, 1e-6)) << stat;
+  }
+}
+
+// A ModuleList iterated in a loop: TorchScript cannot name the instances
+// from where they are called ("0", "1"); the addresses are resolved through the ModuleList.
+TEST(BuffersTest, ModuleListInALoopAttributesEachBatchNorm) {
+  absl::StatusOr<Trace> trace = Capture("modulelist_train");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<std::string> modules;
+  for (const Op& op : trace->ops()) {
+    if (op.type == "batch_norm" || op.type == "conv2d") modules.push_back(op.module_address);
+  }
+  EXPECT_THAT(modules, ElementsAre("convs.0.0", "convs.0.1", "convs.1.0", "convs.1.1"));
+  for (const char* bn : {"convs.0.1", "convs.1.1"}) {
+    for (const char* stat : {"running_mean", "running_var", "num_batches_tracked"}) {
+      EXPECT_EQ(trace->buffers().at(absl::StrCat(bn, ".", stat)).num_overwrites, 1) << bn << stat;
+    }
   }
 }
 

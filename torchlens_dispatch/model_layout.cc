@@ -78,6 +78,13 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     buffer.module = module_of(OwnerAddress(buffer.address));
     add_to_owners(buffer.address, &Module::buffers);
   }
+  layout->module_types.assign(addresses->size(), "");
+  layout->module_children.assign(addresses->size(), {});
+  for (const auto& [address, module] : *trace_modules) {
+    const int32_t id = layout->module_ids.at(address);
+    layout->module_types[id] = module.type_name;
+    if (id != 0) layout->module_children[layout->module_ids.at(OwnerAddress(address))].push_back(id);
+  }
   layout->module_addresses = std::move(addresses);
   layout->param_addresses = std::move(param_addresses);
   layout->trace_modules = std::move(trace_modules);

@@ -69,7 +69,8 @@ void Recorder::SetCurrent(Recorder* recorder) { current_recorder = recorder; }
 Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options)
     : layout_(std::move(layout)),
       options_(options),
-      module_addresses_(layout_->module_addresses, &layout_->module_ids),
+      module_addresses_(ModuleTree{layout_->module_addresses, &layout_->module_ids,
+                                   &layout_->module_types, &layout_->module_children}),
       script_sites_(&module_addresses_) {
   NoCapture no_capture(kCaptureKey);
   record_.saved_values = options_.save_activations;
@@ -241,6 +242,12 @@ void Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::S
   const ScriptSite site =
       layout_->torchscript ? script_sites_.Current(prepared.symbol) : ScriptSite{};
   node.module = site.in_script ? site.module : std::max<int32_t>(prepared.owner_module, 0);
+  if (site.in_script && site.unknown_instance && prepared.owner_module >= 0 &&
+      IsWithin(prepared.owner_module, site.module)) {
+    // TorchScript could not name the submodule (a ModuleList iterated in a loop): the
+    // module owning the parameters or buffers the op reads names it.
+    node.module = prepared.owner_module;
+  }
   node.op = prepared.op_index;
   node.layer = LayerOf(node.module, prepared.op_index, site);
   const int32_t index = static_cast<int32_t>(record_.nodes.size());
@@ -633,6 +640,17 @@ void Recorder::OnReassign(int32_t buffer, const at::Tensor& tensor) {
   SetHolder(buffer, tensor);
   AddBufferVersion(buffer, WriteKind::kReassign, producer, producer_output, Snapshot(tensor),
                    std::nullopt);
+}
+
+bool Recorder::IsWithin(int32_t inner, int32_t outer) {
+  if (outer == 0) return true;
+  const std::vector<std::string>& base = *layout_->module_addresses;
+  if (inner >= static_cast<int32_t>(base.size()) || outer >= static_cast<int32_t>(base.size())) {
+    return false;
+  }
+  const std::string& a = base[inner];
+  const std::string& b = base[outer];
+  return a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '.';
 }
 
 int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& site) {

@@ -173,6 +173,8 @@ class Recorder {
   void SetHolder(int32_t buffer, const at::Tensor& tensor);
 
   int32_t LayerOf(int32_t module, int32_t op_index, const ScriptSite& site);
+  // Whether module `inner` is a descendant of module `outer` (both model modules).
+  bool IsWithin(int32_t inner, int32_t outer);
 
   std::shared_ptr<const ModelLayout> layout_;
   CaptureOptions options_;

@@ -59,8 +59,10 @@ MarkedSite SiteOf(torch::jit::Node* node, const std::string& top_entry) {
   ranges.push_back(node->sourceRange());
   MarkedSite site;
   site.op = node->kind();
-  size_t innermost = 0;
-  ParseModuleHierarchy(hierarchy, &site.address, &innermost);
+  ParsedHierarchy parsed = ParseModuleHierarchy(hierarchy);
+  site.path = parsed.path;
+  site.unknown_instance = parsed.unknown_instance;
+  const size_t innermost = parsed.innermost;
   site.position = kPositionSeed;
   for (size_t k = innermost; k < ranges.size(); ++k) {
     site.position = MixPosition(site.position, ranges[k]);

@@ -17,8 +17,53 @@ int32_t ModuleAddresses::Intern(const std::string& address) {
   return it->second;
 }
 
-void ParseModuleHierarchy(const std::vector<std::string>& hierarchy, std::string* address,
-                          size_t* innermost) {
+int32_t ModuleAddresses::Resolve(const std::vector<std::pair<std::string, std::string>>& path,
+                                 bool* unresolved) {
+  int32_t current = 0;
+  const std::vector<std::string>& addresses = *tree_.addresses;
+  auto child_named = [&](int32_t parent, const std::string& name,
+                         const std::string& type) -> int32_t {
+    for (int32_t child : (*tree_.children)[parent]) {
+      const std::string& address = addresses[child];
+      const size_t dot = address.rfind('.');
+      if (address.compare(dot == std::string::npos ? 0 : dot + 1, std::string::npos, name) == 0 &&
+          (*tree_.types)[child] == type) {
+        return child;
+      }
+    }
+    return -1;
+  };
+  for (const auto& [name, type] : path) {
+    int32_t next = child_named(current, name, type);
+    if (next < 0) {
+      // Through a container child: self.convs[0] is "convs.0".
+      for (int32_t container : (*tree_.children)[current]) {
+        const std::string& container_type = (*tree_.types)[container];
+        if (container_type != "ModuleList" && container_type != "ModuleDict" &&
+            container_type != "Sequential") {
+          continue;
+        }
+        const int32_t found = child_named(container, name, type);
+        if (found >= 0) {
+          if (next >= 0) {  // two containers hold such a module: ambiguous
+            next = -1;
+            break;
+          }
+          next = found;
+        }
+      }
+    }
+    if (next < 0) {
+      *unresolved = true;
+      return current;
+    }
+    current = next;
+  }
+  return current;
+}
+
+ParsedHierarchy ParseModuleHierarchy(const std::vector<std::string>& hierarchy) {
+  ParsedHierarchy parsed;
   // Entries look like "TOP(Net)::forward", "block(Block)::forward", "SELF(Conv2d)::_conv_forward",
   // "CALL_FUNCTION::relu()::relu" or "::helper". Only named instances descend. A method that
   // a module calls on itself shows as SELF, or, depending on the order in which the inliner
@@ -26,7 +71,6 @@ void ParseModuleHierarchy(const std::vector<std::string>& hierarchy, std::string
   // ("stem(Conv2d)::forward | stem(Conv2d)::_conv_forward"): both stay in the module.
   std::vector<absl::string_view> path;
   absl::string_view last_instance_and_type;
-  *innermost = 0;
   for (size_t i = 1; i < hierarchy.size(); ++i) {
     absl::string_view entry = hierarchy[i];
     const size_t paren = entry.find('(');
@@ -36,16 +80,24 @@ void ParseModuleHierarchy(const std::vector<std::string>& hierarchy, std::string
     }
     absl::string_view instance = entry.substr(0, paren);
     absl::string_view instance_and_type = entry.substr(0, close + 1);
-    if (instance == "SELF" || instance == "INSTANCE_NAME_UNKNOWN" ||
+    if (instance == "INSTANCE_NAME_UNKNOWN") {
+      parsed.unknown_instance = true;
+      continue;
+    }
+    if (instance == "SELF" ||
         absl::StartsWith(instance, "CALL_FUNCTION") ||
         instance_and_type == last_instance_and_type) {
       continue;
     }
     path.push_back(instance);
+    parsed.path.emplace_back(std::string(instance),
+                             std::string(entry.substr(paren + 1, close - paren - 1)));
     last_instance_and_type = instance_and_type;
-    *innermost = i;
+    parsed.innermost = i;
+    parsed.unknown_instance = false;
   }
-  *address = absl::StrJoin(path, ".");
+  parsed.address = absl::StrJoin(path, ".");
+  return parsed;
 }
 
 namespace {
@@ -76,9 +128,10 @@ ScriptSite ScriptSites::Current(c10::Symbol op) {
       marked_modules_.resize(marked->index + 1, -1);
     }
     int32_t& module = marked_modules_[marked->index];
-    if (module < 0) module = addresses_->Intern(marked->address);
+    bool unresolved = marked->unknown_instance;
+    if (module < 0) module = addresses_->Resolve(marked->path, &unresolved);
     ++marked_;
-    return ScriptSite{true, module, marked->position};
+    return ScriptSite{true, module, marked->position, unresolved};
   }
   ScriptSite site = FromInterpreter();
   asked_ += site.in_script ? 1 : 0;
@@ -91,12 +144,14 @@ ScriptSite ScriptSites::FromInterpreter() {
   if (hierarchy.empty()) return site;
   site.in_script = true;
   if (hierarchy != last_hierarchy_) {
-    std::string address;
-    ParseModuleHierarchy(hierarchy, &address, &last_innermost_);
-    last_module_ = addresses_->Intern(address);
+    ParsedHierarchy parsed = ParseModuleHierarchy(hierarchy);
+    last_innermost_ = parsed.innermost;
+    last_unknown_ = parsed.unknown_instance;
+    last_module_ = addresses_->Resolve(parsed.path, &last_unknown_);
     last_hierarchy_ = std::move(hierarchy);
   }
   site.module = last_module_;
+  site.unknown_instance = last_unknown_;
   // currentCallstack() is innermost first; entry k from the outside is the range executing
   // in the function of hierarchy entry k.
   const std::vector<torch::jit::StackEntry> stack = torch::jit::currentCallstack();

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,10 @@ struct MarkedSite {
   const void* plan = nullptr;  // the private plan the site belongs to
   int32_t index = 0;           // dense, within the plan
   c10::Symbol op;              // the node's operator, e.g. aten::linear
-  std::string address;         // innermost module instance, as ParseModuleHierarchy gives it
+  // The named module instances from the root inward, as ParseModuleHierarchy gives them.
+  std::vector<std::pair<std::string, std::string>> path;
   uint64_t position = 0;       // as ScriptSites::Current computes it at run time
+  bool unknown_instance = false;  // see ParsedHierarchy
 };
 
 // Called by the marker op.
@@ -52,18 +55,30 @@ const MarkedSite* TakeMarkedSite();
 constexpr uint64_t kPositionSeed = 0x9e3779b97f4a7c15ULL;
 uint64_t MixPosition(uint64_t hash, const torch::jit::SourceRange& range);
 
-// Interned module addresses: the model's own (shared, id 0 is the root "") and any other
-// address the interpreter names, numbered after them.
+// The model's modules as ScriptSites needs them (from ModelLayout).
+struct ModuleTree {
+  std::shared_ptr<const std::vector<std::string>> addresses;  // id 0 is the root ""
+  const absl::flat_hash_map<std::string, int32_t>* ids;
+  const std::vector<std::string>* types;                      // by id
+  const std::vector<std::vector<int32_t>>* children;          // by id
+};
+
+// Interned module addresses: the model's own (shared) and any other address the
+// interpreter names, numbered after them.
 class ModuleAddresses {
  public:
-  ModuleAddresses(std::shared_ptr<const std::vector<std::string>> base,
-                  const absl::flat_hash_map<std::string, int32_t>* base_ids)
-      : base_(std::move(base)), base_ids_(base_ids) {}
+  explicit ModuleAddresses(ModuleTree tree)
+      : tree_(std::move(tree)), base_(tree_.addresses), base_ids_(tree_.ids) {}
   int32_t Intern(const std::string& address);
+  // The module a hierarchy path names: each instance is a child of the previous module,
+  // or a child of one of its containers (ModuleList, ModuleDict, Sequential). Sets
+  // `*unresolved` when a step cannot be followed (the result is the module reached).
+  int32_t Resolve(const std::vector<std::pair<std::string, std::string>>& path, bool* unresolved);
   const std::shared_ptr<const std::vector<std::string>>& base() const { return base_; }
   std::vector<std::string> ReleaseExtra() { return std::move(extra_); }
 
  private:
+  ModuleTree tree_;
   std::shared_ptr<const std::vector<std::string>> base_;
   const absl::flat_hash_map<std::string, int32_t>* base_ids_;
   std::vector<std::string> extra_;
@@ -74,6 +89,7 @@ struct ScriptSite {
   bool in_script = false;  // false: no TorchScript frame is running on this thread
   int32_t module = 0;      // innermost module instance (ModuleAddresses id)
   uint64_t position = 0;   // hash of the source ranges from that module's code inward
+  bool unknown_instance = false;  // see ParsedHierarchy
 };
 
 // Reads the current op's site from the TorchScript interpreter. One per capture.
@@ -98,12 +114,24 @@ class ScriptSites {
   std::vector<std::string> last_hierarchy_;
   int32_t last_module_ = 0;
   size_t last_innermost_ = 0;
+  bool last_unknown_ = false;
 };
 
-// Parses a `currentModuleHierarchy()` result into the innermost module's dotted address
-// and the index of its entry. Exposed for tests.
-void ParseModuleHierarchy(const std::vector<std::string>& hierarchy, std::string* address,
-                          size_t* innermost);
+struct ParsedHierarchy {
+  // The named module instances from the root inward: (instance name, type name). An
+  // instance name is the attribute that held the module where it was called, so a module
+  // reached through a container (`self.convs[0](x)`) shows as "0", not "convs.0":
+  // ModuleAddresses::Resolve finds the full address in the model.
+  std::vector<std::pair<std::string, std::string>> path;
+  std::string address;    // the names of `path`, dotted
+  size_t innermost = 0;   // the index of its entry
+  // A module instance TorchScript could not name (INSTANCE_NAME_UNKNOWN: a module taken
+  // from a ModuleList inside a loop) lies inside it: the op ran in some submodule of it.
+  bool unknown_instance = false;
+};
+
+// Parses a `currentModuleHierarchy()` result. Exposed for tests.
+ParsedHierarchy ParseModuleHierarchy(const std::vector<std::string>& hierarchy);
 
 }  // namespace torchlens
 

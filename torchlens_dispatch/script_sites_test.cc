@@ -3,31 +3,26 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
+#include <memory>
 
 namespace torchlens {
 namespace {
 
-struct Parsed {
-  std::string address;
-  size_t innermost;
-};
-
-Parsed Parse(const std::vector<std::string>& hierarchy) {
-  Parsed parsed;
-  ParseModuleHierarchy(hierarchy, &parsed.address, &parsed.innermost);
-  return parsed;
+ParsedHierarchy Parse(const std::vector<std::string>& hierarchy) {
+  return ParseModuleHierarchy(hierarchy);
 }
 
 TEST(ParseModuleHierarchy, NestedInstances) {
-  const Parsed parsed = Parse({"TOP(Net)::forward", "block1(ConvBlock)::forward",
+  const ParsedHierarchy parsed = Parse({"TOP(Net)::forward", "block1(ConvBlock)::forward",
                                "conv(Conv2d)::forward", "SELF(Conv2d)::_conv_forward"});
   EXPECT_EQ(parsed.address, "block1.conv");
   EXPECT_EQ(parsed.innermost, 2u);
 }
 
 TEST(ParseModuleHierarchy, FreeFunctionsStayInTheirModule) {
-  const Parsed parsed = Parse(
+  const ParsedHierarchy parsed = Parse(
       {"TOP(Net)::forward", "bn(BatchNorm2d)::forward", "CALL_FUNCTION::batch_norm()::batch_norm"});
   EXPECT_EQ(parsed.address, "bn");
   EXPECT_EQ(parsed.innermost, 1u);
@@ -35,14 +30,43 @@ TEST(ParseModuleHierarchy, FreeFunctionsStayInTheirModule) {
 }
 
 TEST(ParseModuleHierarchy, MethodOnSelfUnderTheInstanceName) {
-  const Parsed parsed =
+  const ParsedHierarchy parsed =
       Parse({"TOP(Demo)::forward", "stem(Conv2d)::forward", "stem(Conv2d)::_conv_forward"});
   EXPECT_EQ(parsed.address, "stem");
   EXPECT_EQ(parsed.innermost, 1u);
 }
 
+TEST(ParseModuleHierarchy, UnnamedInstanceFromAModuleListLoop) {
+  const ParsedHierarchy parsed =
+      Parse({"TOP(Net)::forward", "classifier(ASPP)::forward",
+             "INSTANCE_NAME_UNKNOWN(ASPPConv)::forward", "1(BatchNorm2d)::forward"});
+  EXPECT_EQ(parsed.address, "classifier.1");
+  EXPECT_FALSE(parsed.unknown_instance);
+  const ParsedHierarchy unknown = Parse(
+      {"TOP(Net)::forward", "classifier(ASPP)::forward", "INSTANCE_NAME_UNKNOWN(ASPPConv)::forward"});
+  EXPECT_EQ(unknown.address, "classifier");
+  EXPECT_TRUE(unknown.unknown_instance);
+}
+
+TEST(ModuleAddresses, ResolvesModulesReachedThroughContainers) {
+  auto addresses = std::make_shared<std::vector<std::string>>(
+      std::vector<std::string>{"", "convs", "convs.0", "convs.0.1", "head"});
+  absl::flat_hash_map<std::string, int32_t> ids;
+  for (size_t i = 0; i < addresses->size(); ++i) ids[(*addresses)[i]] = static_cast<int32_t>(i);
+  const std::vector<std::string> types = {"Net", "ModuleList", "Sequential", "BatchNorm2d", "Linear"};
+  const std::vector<std::vector<int32_t>> children = {{1, 4}, {2}, {3}, {}, {}};
+  ModuleAddresses modules(ModuleTree{addresses, &ids, &types, &children});
+  bool unresolved = false;
+  // The interpreter names convs[0] "0" and its BatchNorm "1".
+  EXPECT_EQ(modules.Resolve({{"0", "Sequential"}, {"1", "BatchNorm2d"}}, &unresolved), 3);
+  EXPECT_FALSE(unresolved);
+  EXPECT_EQ(modules.Resolve({{"head", "Linear"}}, &unresolved), 4);
+  EXPECT_EQ(modules.Resolve({{"nothing", "Linear"}}, &unresolved), 0);
+  EXPECT_TRUE(unresolved);
+}
+
 TEST(ParseModuleHierarchy, RootOnly) {
-  const Parsed parsed = Parse({"TOP(Net)::forward"});
+  const ParsedHierarchy parsed = Parse({"TOP(Net)::forward"});
   EXPECT_EQ(parsed.address, "");
   EXPECT_EQ(parsed.innermost, 0u);
 }
