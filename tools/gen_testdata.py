@@ -353,6 +353,15 @@ class ModuleListLoop(nn.Module):
         return torch.cat(outputs, 1)
 
 
+class PadThroughView(nn.Module):
+    """torchvision's batch_images: a new tensor filled through a slice, then used whole."""
+
+    def forward(self, x):
+        padded = torch.zeros(2, 4)
+        padded[:, :3].copy_(x)
+        return padded * 2.0
+
+
 class ConvBlock(nn.Module):
     def __init__(self, channels):
         super().__init__()
@@ -431,6 +440,7 @@ def models():
         "growing_list": (GrowingList, [rand(2, 2)], False),
         "stochastic_depth_train": (StochasticDepth, [rand(6, 3)], True),
         "modulelist_train": (ModuleListLoop, [rand(2, 2, 3, 3)], True),
+        "pad_through_view": (PadThroughView, [rand(2, 3)], False),
     }
 
 

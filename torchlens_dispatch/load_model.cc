@@ -7,7 +7,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace torchlens {
 namespace {
@@ -15,8 +17,10 @@ namespace {
 constexpr char kExpected[] = "expected a TorchScript archive saved with torch.jit.save";
 
 std::string FirstLine(const std::string& text) {
-  std::vector<std::string> lines = absl::StrSplit(text, '\n');
-  return lines.empty() ? text : lines.front();
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StripAsciiWhitespace(line).empty()) return std::string(absl::StripAsciiWhitespace(line));
+  }
+  return text;
 }
 
 }  // namespace
@@ -44,9 +48,16 @@ absl::StatusOr<torch::jit::Module> LoadTorchScript(const std::string& path) {
   try {
     return torch::jit::load(path);
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model file '", path, "' is not a complete TorchScript archive (",
-                     FirstLine(e.what_without_backtrace()), "); ", kExpected));
+    const std::string reason = FirstLine(e.what_without_backtrace());
+    if (absl::StrContains(reason, "Unknown builtin op")) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model file '", path, "' uses an operator this process does not have (", reason,
+          "); load the library that registers it first (e.g. torchvision's _C.so for "
+          "torchvision::nms)"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model file '", path, "' is not a complete TorchScript archive (", reason, "); ",
+        kExpected));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("model file '", path,
                                                    "' is not a complete TorchScript archive (",

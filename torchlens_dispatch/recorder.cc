@@ -214,7 +214,10 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   }
   pending_writes_.clear();
   for (uint32_t a : info->written_arguments) {
-    ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kInplace); });
+    ForEachTensor(args[a], [&](const at::Tensor& t) {
+      PrepareWrite(t, WriteKind::kInplace);
+      if (options_.save_activations) prepared.written.push_back(t);
+    });
   }
   const bool fused = info->fused != nullptr && UpdatesState(*info->fused, args);
   if (fused) {
@@ -260,7 +263,29 @@ void Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::S
     });
   }
   record_.nodes[index].outputs_end = static_cast<int32_t>(record_.outputs.size());
+  for (const at::Tensor& written : prepared.written) UpdateAliasesOfWrite(index, written);
   CommitPendingWrites(index);
+}
+
+void Recorder::UpdateAliasesOfWrite(int32_t writer, const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == storages_.end() || it->second.written.empty()) return;
+  std::vector<at::Tensor> aliases = std::move(it->second.written);
+  it->second.written.clear();
+  for (const at::Tensor& alias : aliases) {
+    if (alias.unsafeGetTensorImpl() == tensor.unsafeGetTensorImpl()) continue;
+    TensorEntry* entry = Lookup(alias.unsafeGetTensorImpl());
+    // Buffers get versions (NOTE [Buffer writes]); the writer's outputs are recorded already.
+    if (entry == nullptr || entry->buffer >= 0 || entry->param >= 0 || entry->node == writer) {
+      continue;
+    }
+    const int32_t slot = Save(alias);
+    entry = Lookup(alias.unsafeGetTensorImpl());
+    entry->node = writer;
+    entry->output_index = -1;  // NOTE [Writes through views]
+    entry->slot = slot;
+  }
 }
 
 void Recorder::Abandon(const std::exception& e) {
@@ -504,7 +529,9 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind) {
   StorageEntry& storage = it->second;
   // NOTE [Copy-on-write of saved values]
   for (int32_t slot : storage.saved_slots) {
-    record_.slots[slot] = record_.slots[slot].clone();
+    at::Tensor& saved = record_.slots[slot];
+    storage.written.push_back(saved);  // the live tensor, for UpdateAliasesOfWrite
+    saved = saved.clone();
   }
   record_.stats.copy_on_write_clones += static_cast<int64_t>(storage.saved_slots.size());
   storage.saved_slots.clear();

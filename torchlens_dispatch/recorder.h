@@ -26,6 +26,13 @@
 // saved value living in the written storage is replaced by a clone. Storages are indexed,
 // so this costs one hash lookup per written tensor, never a scan.
 //
+// NOTE [Writes through views]
+// `pad[:, :3].copy_(img)` writes the tensor `pad` through a view. The copy-on-write keeps
+// `pad`'s saved value from before the write; after it, `pad` is produced by the writer, as
+// output -1 ("the base the op wrote through a view", not one of its outputs), and its new
+// value is saved by reference again. Validation does not compare such an argument with
+// the writer's outputs, and an intervention does not recompute it (README "Limitations").
+//
 // NOTE [Buffer writes]
 // A write is attributed to a registered buffer by StorageImpl identity, then by byte range
 // (views and slices included). All writes to one buffer during one user-level op make a
@@ -109,6 +116,8 @@ class Recorder {
   struct StorageEntry {
     absl::InlinedVector<int32_t, 1> buffers;      // buffers living in this storage
     absl::InlinedVector<int32_t, 2> saved_slots;  // saved values living in this storage
+    // The live tensors whose saved values were just copied (NOTE [Writes through views]).
+    std::vector<at::Tensor> written;
   };
   struct BufferState {
     const ModelLayout::BufferEntry* entry;   // in layout_
@@ -134,6 +143,7 @@ class Recorder {
     int32_t op_index = 0;
     uint32_t num_returns = 0;
     c10::Symbol symbol;
+    absl::InlinedVector<at::Tensor, 1> written;  // annotated written arguments
   };
   void OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
   // Before the call: argument sources, saved arguments, copy-on-write, pending writes.
@@ -163,6 +173,9 @@ class Recorder {
   void PrepareWrite(const at::Tensor& tensor, WriteKind kind);
   void AddPendingWrite(int32_t buffer, WriteKind kind);
   void CommitPendingWrites(int32_t producer);
+  // After op `writer` wrote `tensor`: other tensors on its storage now hold what the write
+  // made of them. See NOTE [Writes through views].
+  void UpdateAliasesOfWrite(int32_t writer, const at::Tensor& tensor);
   int32_t AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind, int32_t producer,
                            int32_t producer_output, at::Tensor snapshot,
                            std::optional<bool> changed);

@@ -153,7 +153,8 @@ absl::StatusOr<DoResult> Do(const Trace& trace, std::vector<Edit> edits, DoOptio
     // A compute op: re-execute from the fork's current values of its sources.
     std::vector<c10::IValue> args = ReplayArguments(
         op, [&](int, const ArgSource& source, const at::Tensor& saved) -> at::Tensor {
-          if (source.kind != ArgSource::Kind::kNode) return saved;
+          // A base written through a view (output -1) is not recomputed: README "Limitations".
+          if (source.kind != ArgSource::Kind::kNode || source.output_index < 0) return saved;
           auto it = index_of.find(source.name);
           if (it == index_of.end() || !changed[it->second]) return saved;
           return ValueOf(ops[it->second], source.output_index);

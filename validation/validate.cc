@@ -55,7 +55,18 @@ bool Uninitialized(const Op& op) {
   return false;
 }
 
+// Ops whose result depends only on their arguments' metadata (shape, dtype, layout).
+constexpr absl::string_view kMetadataOps[] = {
+    "aten::is_floating_point", "aten::is_complex", "aten::size",        "aten::dim",
+    "aten::numel",             "aten::stride",     "aten::sym_size",    "aten::sym_numel",
+    "aten::sym_stride",        "aten::is_contiguous", "aten::element_size", "aten::is_same_size",
+    "aten::_shape_as_tensor",
+};
+
 bool ShapeOnly(const Op& op, int tensor_index) {
+  for (absl::string_view name : kMetadataOps) {
+    if (name == op.func_name) return true;
+  }
   for (const ShapeOnlyArgument& entry : kShapeOnlyArguments) {
     if (entry.op == op.func_name &&
         (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
@@ -212,6 +223,7 @@ class Validator {
         Fail(op, absl::StrCat("wrong parent: argument ", i, " names unknown node ", source.name));
         continue;
       }
+      if (source.output_index < 0) continue;  // NOTE [Writes through views]: not an output
       const at::Tensor parent_value = source.output_index < static_cast<int>(parent->outs.size())
                                           ? parent->outs[source.output_index]
                                           : parent->out;

@@ -90,6 +90,17 @@ TEST(ValidateTest, ListArgumentsKeepTheirContentsAtCallTime) {
       at::allclose((*trace.Find("output_1"))->out, testdata::Expected("growing_list").output(0)));
 }
 
+// Regression (torchvision's detection transform): a tensor filled through a slice and then
+// used whole; the user of the whole tensor must see the filled value.
+TEST(ValidateTest, TensorWrittenThroughAViewIsSavedAfterTheWrite) {
+  const Trace trace = Capture("pad_through_view");
+  const Op* mul = *trace.Find("mul_1_5:1");  // zeros, slice, slice, copy_, mul
+  EXPECT_THAT(mul->parents, ElementsAre("copy__1_4:1"));
+  EXPECT_EQ(mul->arg_sources[0].output_index, -1);
+  EXPECT_TRUE(at::allclose(mul->out, testdata::Expected("pad_through_view").output(0)));
+  EXPECT_EQ(at::count_nonzero(mul->creation_args[0].toTensor()).item<int64_t>(), 6);
+}
+
 TEST(ValidateTest, SliceWritesAreStateTransitionOnly) {
   const Trace trace = Capture("slice_copy");
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);

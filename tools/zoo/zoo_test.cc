@@ -10,6 +10,8 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -151,7 +153,15 @@ std::string ModeCheck(const std::string& name, const std::string& mode, const st
   return "";
 }
 
+// Detection models call torchvision's operators (nms, roi_align). Debian's
+// python3-torchvision ships them in a library that needs only LibTorch: load it.
+constexpr char kTorchvisionOps[] =
+    "/usr/lib/python3/dist-packages/torchvision/_C.cpython-311-x86_64-linux-gnu.so";
+
 TEST(ZooTest, EveryExportedModel) {
+  if (dlopen(kTorchvisionOps, RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    std::cerr << "torchvision's operators unavailable: " << dlerror() << "\n";
+  }
   const char* dir = std::getenv("TORCHLENS_ZOO_DIR");
   ASSERT_NE(dir, nullptr)
       << "run tools/zoo_models.py DIR and pass --test_env=TORCHLENS_ZOO_DIR=DIR";
@@ -167,7 +177,11 @@ TEST(ZooTest, EveryExportedModel) {
   std::vector<Row> rows;
   std::vector<std::string> not_exported;
   std::vector<std::string> not_reached;
+  // TORCHLENS_ZOO_ONLY=a,b: just those models.
+  const char* only = std::getenv("TORCHLENS_ZOO_ONLY");
+  const std::string only_list = only != nullptr ? absl::StrCat(",", only, ",") : "";
   for (const auto& [name, entry] : report.items()) {
+    if (!only_list.empty() && !absl::StrContains(only_list, absl::StrCat(",", name, ","))) continue;
     if (entry["exported"].is_null()) {
       not_exported.push_back(absl::StrCat("| ", name, " | ", entry["family"].get<std::string>(),
                                           " | ", entry["reason"].get<std::string>(), " |"));
