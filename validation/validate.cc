@@ -80,17 +80,38 @@ bool ShapeOnly(const Op& op, int tensor_index) {
 }
 
 // A product with an all-zero factor does not depend on the other factors: stochastic
-// depth multiplies a dropped block by a zero mask, dropout a dropped row. Exempts the
-// parent of aten::mul / aten::mul_ when another tensor argument is all zeros.
+// depth multiplies a dropped block by a zero mask, and torchvision initializes ViT's head
+// weight to zeros. (Operator, the tensor positions that multiply each other.)
+struct Product {
+  absl::string_view op;
+  int factors[2];
+};
+constexpr Product kProducts[] = {
+    {"aten::mul", {0, 1}},    {"aten::mul_", {0, 1}}, {"aten::linear", {0, 1}},
+    {"aten::matmul", {0, 1}}, {"aten::mm", {0, 1}},   {"aten::bmm", {0, 1}},
+    {"aten::addmm", {1, 2}},  {"aten::conv1d", {0, 1}}, {"aten::conv2d", {0, 1}},
+    {"aten::conv3d", {0, 1}},
+};
+
+// Whether the parent's tensors (`parent_indexes`) are factors of a product whose other
+// factor is all zeros.
 bool ZeroedByAnotherArgument(const Op& op, const std::vector<at::Tensor>& saved,
                              const std::vector<int>& parent_indexes) {
-  if (op.func_name != "aten::mul" && op.func_name != "aten::mul_") return false;
-  for (int i = 0; i < static_cast<int>(saved.size()); ++i) {
-    if (std::find(parent_indexes.begin(), parent_indexes.end(), i) != parent_indexes.end())
-      continue;
-    if (saved[i].defined() && saved[i].numel() > 0 && !saved[i].is_complex() &&
-        !(saved[i] != 0).any().item<bool>()) {
-      return true;
+  for (const Product& product : kProducts) {
+    if (product.op != op.func_name) continue;
+    for (int f = 0; f < 2; ++f) {
+      const int mine = product.factors[f];
+      const int other = product.factors[1 - f];
+      if (std::find(parent_indexes.begin(), parent_indexes.end(), mine) == parent_indexes.end() ||
+          std::find(parent_indexes.begin(), parent_indexes.end(), other) != parent_indexes.end() ||
+          other >= static_cast<int>(saved.size())) {
+        continue;
+      }
+      const at::Tensor& factor = saved[other];
+      if (factor.defined() && factor.numel() > 0 && !factor.is_complex() &&
+          !(factor != 0).any().item<bool>()) {
+        return true;
+      }
     }
   }
   return false;
