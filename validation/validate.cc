@@ -117,6 +117,61 @@ bool ZeroedByAnotherArgument(const Op& op, const std::vector<at::Tensor>& saved,
   return false;
 }
 
+// NOTE [Data-dependent exemptions]
+// Some arguments cannot change an op's output for the values this pass happened to see.
+// They are checked only after every perturbation failed, and exempted only when the saved
+// values prove it (TorchLens exempts index arguments and clamp unconditionally):
+//   * an index into a source whose elements are all equal selects the same values whatever
+//     it holds (detection models index uniform scores);
+//   * clamp with min == max returns that value whatever the input;
+//   * index_put without accumulation whose indices cover every element of the destination
+//     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor).
+// (Operator, tensor position of the source or destination.)
+struct IndexingOp {
+  absl::string_view op;
+  int source;
+};
+constexpr IndexingOp kIndexingOps[] = {
+    {"aten::index", 0}, {"aten::index_select", 0}, {"aten::gather", 0}, {"aten::take", 0},
+    {"aten::take_along_dim", 0},
+};
+
+bool Uniform(const at::Tensor& t) {
+  return t.defined() && t.numel() > 0 && !t.is_complex() &&
+         at::equal(t, at::full_like(t, t.flatten()[0].item()));
+}
+
+bool DataDependentlyExempt(const Op& op, const std::vector<at::Tensor>& saved,
+                           const std::vector<int>& parent_indexes) {
+  const auto only = [&](int index) {
+    return parent_indexes.size() == 1 && parent_indexes[0] == index;
+  };
+  for (const IndexingOp& indexing : kIndexingOps) {
+    if (indexing.op != op.func_name) continue;
+    const bool indexes_only = std::find(parent_indexes.begin(), parent_indexes.end(),
+                                        indexing.source) == parent_indexes.end();
+    return indexes_only && indexing.source < static_cast<int>(saved.size()) &&
+           Uniform(saved[indexing.source]);
+  }
+  if (op.func_name == "aten::clamp" && only(0) && op.creation_args.size() >= 3 &&
+      op.creation_args[1].isScalar() && op.creation_args[2].isScalar()) {
+    return op.creation_args[1].toScalar().toDouble() == op.creation_args[2].toScalar().toDouble();
+  }
+  if ((op.func_name == "aten::index_put_" || op.func_name == "aten::index_put") && only(0) &&
+      op.creation_args.size() >= 4 && op.creation_args[3].isBool() &&
+      !op.creation_args[3].toBool() && !saved.empty() && saved[0].defined()) {
+    c10::List<c10::optional<at::Tensor>> indices;
+    for (const c10::IValue& index : op.creation_args[1].toListRef()) {
+      indices.push_back(index.isNone() ? c10::optional<at::Tensor>()
+                                       : c10::optional<at::Tensor>(index.toTensor()));
+    }
+    const at::Tensor covered = at::zeros(saved[0].sizes(), at::kBool)
+                                   .index_put_(indices, at::ones({}, at::kBool));
+    return covered.all().item<bool>();
+  }
+  return false;
+}
+
 // nullopt when `actual` is bit-identical to `expected`; otherwise what differs.
 std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected) {
   if (!actual.defined() || !expected.defined()) {
@@ -396,7 +451,7 @@ class Validator {
       }
       if (reacted) {
         ++report_.perturbations_checked;
-      } else {
+      } else if (!DataDependentlyExempt(op, saved, indexes)) {  // NOTE [Data-dependent exemptions]
         Fail(op, absl::StrCat("perturbing parent ", parent, " does not change the output"));
       }
     }

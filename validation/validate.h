@@ -14,7 +14,8 @@
 //     argument is the saved output of the node named for it.
 //   * perturbation: replacing a parent's value must change the op's output, except for
 //     the exemptions listed in validate.cc (arguments an op reads only for their shape,
-//     fused mutators' running statistics, empty tensors).
+//     fused mutators' running statistics, empty tensors, and data-dependent cases the
+//     saved values prove).
 //   * buffers: a read version holds the buffer's initial value; a full-buffer kInplace or
 //     kReassign version equals its producer's output; a kFused version equals re-running
 //     the producer from the previous version (on clones). Slice writes, whose producer

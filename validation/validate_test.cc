@@ -5,6 +5,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -252,6 +253,57 @@ TEST(ValidateTest, ProductWithAZeroMaskIsExempt) {
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+}
+
+// NOTE [Data-dependent exemptions] in validate.cc.
+ValidationReport CaptureAndValidate(torch::nn::Module& net,
+                                    const std::function<torch::Tensor()>& forward) {
+  CaptureGuard guard(net);
+  const torch::Tensor out = forward();
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  EXPECT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+  EXPECT_TRUE(report.ok()) << report.status();
+  return *report;
+}
+
+TEST(ValidateTest, IndexIntoAUniformSourceIsExempt) {
+  // Every permutation of 0..3 selects the same values from a constant source.
+  torch::nn::Module net;
+  const torch::Tensor x = torch::tensor({0.3, -1.0, 2.0, 0.5});
+  const ValidationReport report = CaptureAndValidate(net, [&] {
+    return torch::full({6}, 0.5).index({x.argsort()}) + x;
+  });
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+  // The same index into a source whose values differ must react.
+  const ValidationReport varied = CaptureAndValidate(net, [&] {
+    return torch::arange(6, torch::kFloat).index({x.argsort()}) + x;
+  });
+  EXPECT_TRUE(varied.passed) << absl::StrJoin(varied.failures, "\n");
+  EXPECT_GT(varied.perturbations_checked, report.perturbations_checked);
+}
+
+TEST(ValidateTest, ClampToOneValueIsExempt) {
+  torch::nn::Module net;
+  const torch::Tensor x = torch::tensor({0.7, 4.4, 2.0});
+  const ValidationReport report =
+      CaptureAndValidate(net, [&] { return torch::clamp(x.floor(), 5, 5) * x; });
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+}
+
+TEST(ValidateTest, IndexPutCoveringItsDestinationIsExemptAndPartialIsNot) {
+  torch::nn::Module net;
+  const torch::Tensor x = torch::tensor({0.3, -1.0, 2.0, 0.5});
+  const ValidationReport covered = CaptureAndValidate(net, [&] {
+    return (x * 2).index_put_({x.argsort()}, x.exp());
+  });
+  EXPECT_TRUE(covered.passed) << absl::StrJoin(covered.failures, "\n");
+  // Indices 0..2 leave element 3 of the destination: perturbing it changes the output.
+  const ValidationReport partial = CaptureAndValidate(net, [&] {
+    return (x * 2).index_put_({x.argsort().slice(0, 0, 3)}, x.slice(0, 0, 3).exp());
+  });
+  EXPECT_TRUE(partial.passed) << absl::StrJoin(partial.failures, "\n");
+  EXPECT_GT(partial.perturbations_checked, covered.perturbations_checked);
 }
 
 }  // namespace
