@@ -5,6 +5,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <string>
@@ -172,10 +173,23 @@ bool DataDependentlyExempt(const Op& op, const std::vector<at::Tensor>& saved,
   return false;
 }
 
+// Whether two tensors hold the same bits in the same shape and dtype. Contiguous CPU
+// tensors compare as bytes: memcmp stops at the first difference, is vectorized, and
+// takes NaNs in the same places as equal (at::equal does neither).
+bool BitIdentical(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  if (a.is_contiguous() && b.is_contiguous() && a.device().is_cpu() && b.device().is_cpu() &&
+      a.layout() == at::kStrided && b.layout() == at::kStrided && !a.is_quantized()) {
+    return a.numel() == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+  }
+  return at::equal(a, b);
+}
+
 // nullopt when `actual` is bit-identical to `expected`; otherwise what differs.
 std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected) {
+  if (BitIdentical(actual, expected)) return std::nullopt;
   if (!actual.defined() || !expected.defined()) {
-    if (actual.defined() == expected.defined()) return std::nullopt;
     return std::string(actual.defined() ? "expected no tensor" : "missing tensor");
   }
   if (actual.sizes() != expected.sizes()) {
@@ -186,10 +200,12 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
     return absl::StrCat("dtype ", c10::toString(actual.scalar_type()), " instead of ",
                         c10::toString(expected.scalar_type()));
   }
-  if (at::equal(actual, expected)) return std::nullopt;
   if (actual.is_floating_point() || actual.is_complex()) {
     const at::Tensor diff = (actual.to(at::kDouble) - expected.to(at::kDouble)).abs();
     const at::Tensor finite = at::where(at::isnan(diff), at::zeros_like(diff), diff);
+    if (finite.max().item<double>() == 0 && !at::isnan(diff).any().item<bool>()) {
+      return std::string("equal values, different bits (signed zeros or NaN payloads)");
+    }
     return absl::StrFormat("max abs difference %.6g%s", finite.max().item<double>(),
                            at::isnan(diff).any().item<bool>() ? " (and NaN placement)" : "");
   }
@@ -222,8 +238,6 @@ at::Tensor Perturbation(const at::Tensor& value, size_t attempt, at::Generator& 
   }
 }
 
-// Whether two runs of an op returned the same: tensors bit for bit, other values (the
-// Scalar of `item`, the bool of `equal`) by value.
 // Whether the op's first return aliases an argument (select, slice, view, expand, ...).
 bool ReturnsView(const Op& op) {
   if (!op.is_compute()) return false;
@@ -234,10 +248,12 @@ bool ReturnsView(const Op& op) {
   return alias != nullptr && !alias->isWrite();
 }
 
+// Whether two runs of an op returned the same: tensors bit for bit, other values (the
+// Scalar of `item`, the bool of `equal`) by value.
 bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
   if (a.outputs.size() != b.outputs.size() || a.returns.size() != b.returns.size()) return false;
   for (size_t i = 0; i < a.outputs.size(); ++i) {
-    if (Difference(a.outputs[i], b.outputs[i]).has_value()) return false;
+    if (!BitIdentical(a.outputs[i], b.outputs[i])) return false;
   }
   for (size_t i = 0; i < a.returns.size(); ++i) {
     if (!ContainsTensor(a.returns[i]) && !(a.returns[i] == b.returns[i])) return false;
