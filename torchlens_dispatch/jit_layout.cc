@@ -100,9 +100,23 @@ std::shared_ptr<const ModelLayout> Read(const torch::jit::Module& model) {
 
 // Whether `layout` still describes the model: the same objects holding the same
 // submodules and parameter tensors, with the same number of attributes. No allocation.
+// The objects are scattered over the heap and cold when a capture starts, so the loop
+// prefetches two levels ahead (each object, then the slot it checks): a model of 4,000
+// modules then checks in a fraction of the time a miss per step would take.
 bool Matches(const ModelLayout& layout, const c10::ivalue::Object* root) {
   if (layout.checks.empty() || layout.checks.front().object != root) return false;
-  for (const ModelLayout::SlotCheck& check : layout.checks) {
+  constexpr size_t kAhead = 8;
+  const std::vector<ModelLayout::SlotCheck>& checks = layout.checks;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (i + 2 * kAhead < checks.size()) {
+      __builtin_prefetch(&checks[i + 2 * kAhead].object->slots());  // no load: a member's address
+    }
+    if (i + kAhead < checks.size()) {
+      const ModelLayout::SlotCheck& ahead = checks[i + kAhead];
+      const std::vector<c10::IValue>& ahead_slots = ahead.object->slots();
+      if (ahead.slot < ahead_slots.size()) __builtin_prefetch(&ahead_slots[ahead.slot]);
+    }
+    const ModelLayout::SlotCheck& check = checks[i];
     const std::vector<c10::IValue>& slots = check.object->slots();
     if (check.slot == SIZE_MAX) {
       if (reinterpret_cast<const void*>(slots.size()) != check.expected) return false;

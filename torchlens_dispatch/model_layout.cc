@@ -1,5 +1,6 @@
 #include "torchlens_dispatch/model_layout.h"
 
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -31,6 +32,8 @@ std::string OwnerAddress(const std::string& address) {
 }
 
 void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, ModelLayout* layout) {
+  static std::atomic<uint32_t> layouts_built{0};
+  layout->serial = ++layouts_built;
   auto addresses = std::make_shared<std::vector<std::string>>();
   auto trace_modules = std::make_shared<std::map<std::string, Module>>();
   addresses->push_back("");

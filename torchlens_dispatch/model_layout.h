@@ -39,6 +39,7 @@ namespace torchlens {
 
 struct ModelLayout {
   bool torchscript = false;
+  uint32_t serial = 0;  // distinct for every layout built (FinishLayout numbers them)
 
   // Module ids index these; 0 is the root "".
   std::shared_ptr<const std::vector<std::string>> module_addresses;

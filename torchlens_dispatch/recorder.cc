@@ -69,8 +69,9 @@ void Recorder::SetCurrent(Recorder* recorder) { current_recorder = recorder; }
 Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options)
     : layout_(std::move(layout)),
       options_(options),
-      module_addresses_(ModuleTree{layout_->module_addresses, &layout_->module_ids,
-                                   &layout_->module_types, &layout_->module_children}),
+      module_addresses_(ModuleTree{layout_->serial, layout_->module_addresses,
+                                   &layout_->module_ids, &layout_->module_types,
+                                   &layout_->module_children}),
       script_sites_(&module_addresses_) {
   NoCapture no_capture(kCaptureKey);
   record_.saved_values = options_.save_activations;

@@ -195,8 +195,7 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
   CollectOpNodes(graph->block(), &nodes);
   for (torch::jit::Node* node : nodes) {
     sites->push_back(SiteOf(node, top));
-    sites->back().plan = sites;
-    sites->back().index = static_cast<int32_t>(sites->size()) - 1;
+    if (sites->size() > 1) (*sites)[sites->size() - 2].next = &sites->back();
     torch::jit::WithInsertPoint insert_before(node);
     torch::jit::Value* site =
         graph->insertConstant(static_cast<int64_t>(reinterpret_cast<intptr_t>(&sites->back())));

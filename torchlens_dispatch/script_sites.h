@@ -17,6 +17,7 @@
 #include <ATen/core/interned_strings.h>
 #include <torch/csrc/jit/frontend/source_range.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -36,14 +37,32 @@ namespace torchlens {
 // marker stores the pointer in a thread-local, and the recorder takes it on the next
 // user-level op, if that op is the node's operator; otherwise it asks the interpreter.
 // Marked sites live as long as the process (the private plans are never freed).
-struct MarkedSite {
-  const void* plan = nullptr;  // the private plan the site belongs to
-  int32_t index = 0;           // dense, within the plan
-  c10::Symbol op;              // the node's operator, e.g. aten::linear
+// Aligned to a cache line, with what every capture reads first: a model's sites are cold
+// by the time its next capture runs, and one miss per op is the cost that grows with the
+// model (README "Benchmark").
+struct alignas(64) MarkedSite {
+  // The module `path` resolved to in the module tree resolved last, so that captures after
+  // the first resolve nothing: (tree serial << 32) | (unresolved << 31) | module id; 0 when
+  // none. One atomic word, so threads capturing the same model can share it.
+  class ResolvedModule {
+   public:
+    ResolvedModule() = default;
+    ResolvedModule(const ResolvedModule& other) : packed_(other.packed_.load()) {}
+    uint64_t load() const { return packed_.load(std::memory_order_relaxed); }
+    void store(uint64_t packed) const { packed_.store(packed, std::memory_order_relaxed); }
+
+   private:
+    mutable std::atomic<uint64_t> packed_{0};
+  };
+
+  c10::Symbol op;                 // the node's operator, e.g. aten::linear
+  bool unknown_instance = false;  // see ParsedHierarchy
+  uint64_t position = 0;          // as ScriptSites::Current computes it at run time
+  ResolvedModule resolved;
+  // The site of the node after this one in the plan, prefetched while this op runs.
+  const MarkedSite* next = nullptr;
   // The named module instances from the root inward, as ParseModuleHierarchy gives them.
   std::vector<std::pair<std::string, std::string>> path;
-  uint64_t position = 0;       // as ScriptSites::Current computes it at run time
-  bool unknown_instance = false;  // see ParsedHierarchy
 };
 
 // Called by the marker op.
@@ -57,6 +76,8 @@ uint64_t MixPosition(uint64_t hash, const torch::jit::SourceRange& range);
 
 // The model's modules as ScriptSites needs them (from ModelLayout).
 struct ModuleTree {
+  // Tells trees apart (MarkedSite::resolved): distinct for every layout built.
+  uint32_t serial = 0;
   std::shared_ptr<const std::vector<std::string>> addresses;  // id 0 is the root ""
   const absl::flat_hash_map<std::string, int32_t>* ids;
   const std::vector<std::string>* types;                      // by id
@@ -74,6 +95,7 @@ class ModuleAddresses {
   // or a child of one of its containers (ModuleList, ModuleDict, Sequential). Sets
   // `*unresolved` when a step cannot be followed (the result is the module reached).
   int32_t Resolve(const std::vector<std::pair<std::string, std::string>>& path, bool* unresolved);
+  uint32_t tree_serial() const { return tree_.serial; }
   const std::shared_ptr<const std::vector<std::string>>& base() const { return base_; }
   std::vector<std::string> ReleaseExtra() { return std::move(extra_); }
 
@@ -105,9 +127,6 @@ class ScriptSites {
   ScriptSite FromInterpreter();
 
   ModuleAddresses* addresses_;
-  // Module ids of the marked sites of the plan seen last, by site index (-1: not yet).
-  const void* plan_ = nullptr;
-  std::vector<int32_t> marked_modules_;
   int64_t marked_ = 0;
   int64_t asked_ = 0;
   // The previous op's hierarchy and what it parsed to: consecutive ops mostly share it.

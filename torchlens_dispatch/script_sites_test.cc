@@ -55,7 +55,7 @@ TEST(ModuleAddresses, ResolvesModulesReachedThroughContainers) {
   for (size_t i = 0; i < addresses->size(); ++i) ids[(*addresses)[i]] = static_cast<int32_t>(i);
   const std::vector<std::string> types = {"Net", "ModuleList", "Sequential", "BatchNorm2d", "Linear"};
   const std::vector<std::vector<int32_t>> children = {{1, 4}, {2}, {3}, {}, {}};
-  ModuleAddresses modules(ModuleTree{addresses, &ids, &types, &children});
+  ModuleAddresses modules(ModuleTree{1, addresses, &ids, &types, &children});
   bool unresolved = false;
   // The interpreter names convs[0] "0" and its BatchNorm "1".
   EXPECT_EQ(modules.Resolve({{"0", "Sequential"}, {"1", "BatchNorm2d"}}, &unresolved), 3);
