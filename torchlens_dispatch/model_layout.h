@@ -17,7 +17,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -83,6 +85,23 @@ struct ModelLayout {
     const void* expected;  // the child object or parameter TensorImpl; the slot count
   };
   std::vector<SlotCheck> checks;
+
+  // How large the last capture of this model grew: the next one reserves as much, so its
+  // tables and record vectors do not rehash and reallocate as they fill (2,000-layer
+  // models spent a tenth of their capture time growing them). Hints only: relaxed atomics,
+  // shared by threads capturing the same model.
+  struct CaptureSizes {
+    std::atomic<uint32_t> tensors{0};
+    std::atomic<uint32_t> storages{0};
+    std::atomic<uint32_t> layers{0};
+    std::atomic<uint32_t> nodes{0};
+    std::atomic<uint32_t> args{0};
+    std::atomic<uint32_t> sources{0};
+    std::atomic<uint32_t> outputs{0};
+    std::atomic<uint32_t> shapes{0};
+    std::atomic<uint32_t> slots{0};
+  };
+  mutable CaptureSizes last_capture_sizes;
 };
 
 // The tensor a buffer entry's slot holds now (undefined if the slot holds None).

@@ -80,6 +80,17 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   record_.param_addresses = layout_->param_addresses;
   record_.modules = layout_->trace_modules;
   record_.params = layout_->trace_params;
+  const ModelLayout::CaptureSizes& last = layout_->last_capture_sizes;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  tensors_.reserve(last.tensors.load(kRelaxed));
+  storages_.reserve(last.storages.load(kRelaxed));
+  layers_.reserve(last.layers.load(kRelaxed));
+  record_.nodes.reserve(last.nodes.load(kRelaxed));
+  record_.args.reserve(last.args.load(kRelaxed));
+  record_.sources.reserve(last.sources.load(kRelaxed));
+  record_.outputs.reserve(last.outputs.load(kRelaxed));
+  record_.shapes.reserve(last.shapes.load(kRelaxed));
+  if (options_.save_activations) record_.slots.reserve(last.slots.load(kRelaxed));
   // Parameters are recognised on first use (AddUnseen), not registered one by one here:
   // see NOTE [Model layouts].
   buffers_.resize(layout_->buffers.size());
@@ -750,6 +761,17 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   record_.stats.marked_sites = script_sites_.marked();
   record_.stats.interpreter_sites = script_sites_.asked();
   record_.extra_module_addresses = module_addresses_.ReleaseExtra();
+  ModelLayout::CaptureSizes& sizes = layout_->last_capture_sizes;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  sizes.tensors.store(static_cast<uint32_t>(tensors_.size()), kRelaxed);
+  sizes.storages.store(static_cast<uint32_t>(storages_.size()), kRelaxed);
+  sizes.layers.store(static_cast<uint32_t>(layers_.size()), kRelaxed);
+  sizes.nodes.store(static_cast<uint32_t>(record_.nodes.size()), kRelaxed);
+  sizes.args.store(static_cast<uint32_t>(record_.args.size()), kRelaxed);
+  sizes.sources.store(static_cast<uint32_t>(record_.sources.size()), kRelaxed);
+  sizes.outputs.store(static_cast<uint32_t>(record_.outputs.size()), kRelaxed);
+  sizes.shapes.store(static_cast<uint32_t>(record_.shapes.size()), kRelaxed);
+  sizes.slots.store(static_cast<uint32_t>(record_.slots.size()), kRelaxed);
   return std::move(record_);
 }
 
