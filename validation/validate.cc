@@ -26,14 +26,16 @@
 namespace torchlens {
 namespace {
 
-// Arguments whose values cannot change an op's output: tensors it reads only for their
-// shape, dtype or device, and destinations it overwrites entirely. (Operator name, tensor
-// position in ForEachTensor order; -1 for every tensor argument.)
-struct ShapeOnlyArgument {
+// An argument of an operator: (operator name, tensor position in ForEachTensor order; -1
+// for every tensor argument).
+struct OpArgument {
   absl::string_view op;
   int tensor_index;  // -1: every tensor argument
 };
-constexpr ShapeOnlyArgument kShapeOnlyArguments[] = {
+
+// Arguments whose values cannot change an op's output: tensors it reads only for their
+// shape, dtype or device, and destinations it overwrites entirely.
+constexpr OpArgument kShapeOnlyArguments[] = {
     {"aten::zeros_like", -1},   {"aten::ones_like", -1}, {"aten::empty_like", -1},
     {"aten::full_like", -1},    {"aten::rand_like", -1}, {"aten::randn_like", -1},
     {"aten::randint_like", -1}, {"aten::new_zeros", -1}, {"aten::new_ones", -1},
@@ -45,6 +47,24 @@ constexpr ShapeOnlyArgument kShapeOnlyArguments[] = {
     {"aten::exponential_", 0},  {"aten::cauchy_", 0},    {"aten::log_normal_", 0},
     {"aten::geometric_", 0},    {"aten::bernoulli_", 0},
 };
+
+// Arguments a kernel reads as indices without bounds checks: a perturbed value would make
+// it read outside its input (torchvision's RoI kernels take each box's image index from
+// column 0 of `rois` and crashed the zoo test under perturbation). Replay and the edge
+// check still cover them.
+constexpr OpArgument kUncheckedIndexArguments[] = {
+    {"torchvision::roi_align", 1},
+    {"torchvision::roi_pool", 1},
+    {"torchvision::ps_roi_align", 1},
+    {"torchvision::ps_roi_pool", 1},
+};
+
+bool UncheckedIndex(const Op& op, int tensor_index) {
+  for (const OpArgument& entry : kUncheckedIndexArguments) {
+    if (entry.op == op.func_name && entry.tensor_index == tensor_index) return true;
+  }
+  return false;
+}
 
 // Ops whose outputs are uninitialized memory: replay checks their shape and dtype only.
 constexpr absl::string_view kUninitializedOutputs[] = {
@@ -71,7 +91,7 @@ bool ShapeOnly(const Op& op, int tensor_index) {
   for (absl::string_view name : kMetadataOps) {
     if (name == op.func_name) return true;
   }
-  for (const ShapeOnlyArgument& entry : kShapeOnlyArguments) {
+  for (const OpArgument& entry : kShapeOnlyArguments) {
     if (entry.op == op.func_name &&
         (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
       return true;
@@ -443,7 +463,7 @@ class Validator {
       for (int i = 0; i < static_cast<int>(op.arg_sources.size()); ++i) {
         const ArgSource& source = op.arg_sources[i];
         if (source.kind == ArgSource::Kind::kNode && source.name == parent && !ShapeOnly(op, i) &&
-            !state_tensors.contains(i)) {
+            !UncheckedIndex(op, i) && !state_tensors.contains(i)) {
           indexes.push_back(i);
         }
       }
