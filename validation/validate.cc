@@ -146,7 +146,10 @@ bool ZeroedByAnotherArgument(const Op& op, const std::vector<at::Tensor>& saved,
 //     it holds (detection models index uniform scores);
 //   * clamp with min == max returns that value whatever the input;
 //   * index_put without accumulation whose indices cover every element of the destination
-//     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor).
+//     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor);
+//   * torchvision's nms that kept every box returned the boxes in score order, which the
+//     boxes did not decide; with at most one box, neither boxes nor scores decide anything
+//     (detection heads run it per class, often on one box).
 // (Operator, tensor position of the source or destination.)
 struct IndexingOp {
   absl::string_view op;
@@ -163,7 +166,7 @@ bool Uniform(const at::Tensor& t) {
 }
 
 bool DataDependentlyExempt(const Op& op, const std::vector<at::Tensor>& saved,
-                           const std::vector<int>& parent_indexes) {
+                           const std::vector<int>& parent_indexes, const ReplayResult& result) {
   const auto only = [&](int index) {
     return parent_indexes.size() == 1 && parent_indexes[0] == index;
   };
@@ -173,6 +176,11 @@ bool DataDependentlyExempt(const Op& op, const std::vector<at::Tensor>& saved,
                                         indexing.source) == parent_indexes.end();
     return indexes_only && indexing.source < static_cast<int>(saved.size()) &&
            Uniform(saved[indexing.source]);
+  }
+  if (op.func_name == "torchvision::nms" && saved.size() >= 2 && saved[1].defined() &&
+      result.outputs.size() == 1 && result.outputs[0].defined()) {
+    const int64_t boxes = saved[1].numel();
+    return boxes <= 1 || (only(0) && result.outputs[0].numel() == boxes);
   }
   if (op.func_name == "aten::clamp" && only(0) && op.creation_args.size() >= 3 &&
       op.creation_args[1].isScalar() && op.creation_args[2].isScalar()) {
@@ -487,7 +495,7 @@ class Validator {
       }
       if (reacted) {
         ++report_.perturbations_checked;
-      } else if (!DataDependentlyExempt(op, saved, indexes)) {  // NOTE [Data-dependent exemptions]
+      } else if (!DataDependentlyExempt(op, saved, indexes, unperturbed)) {  // NOTE [Data-dependent exemptions]
         Fail(op, absl::StrCat("perturbing parent ", parent, " does not change the output"));
       }
     }
