@@ -129,8 +129,12 @@ Trace BuildTrace(CaptureRecord record) {
       }
       op.parents.push_back(label);
     };
-    // Argument sources are replay data: kept with saved values only.
-    const bool keep_sources = node.kind == NodeRecord::Kind::kOp && record.saved_values;
+    // Argument sources are replay data: kept with saved values only. An output node's one
+    // source tells validation whether it is its parent's output or a base the parent wrote
+    // through a view (output -1).
+    const bool keep_sources = (node.kind == NodeRecord::Kind::kOp ||
+                               node.kind == NodeRecord::Kind::kOutput) &&
+                              record.saved_values;
     if (keep_sources) op.arg_sources.reserve(node.sources_end - node.sources_begin);
     for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
       const SourceRecord& source = record.sources[s];

@@ -512,6 +512,9 @@ class Validator {
       Fail(op, absl::StrCat("wrong parent: unknown node ", op.parents[0]));
       return;
     }
+    // NOTE [Writes through views]: a base its parent wrote through a view is none of the
+    // parent's outputs (postprocessing that scales `boxes[:, 0]` in place returns `boxes`).
+    if (!op.arg_sources.empty() && op.arg_sources[0].output_index < 0) return;
     std::vector<at::Tensor> candidates = parent->outs;
     if (candidates.empty()) candidates.push_back(parent->out);
     for (const at::Tensor& candidate : candidates) {
@@ -588,8 +591,14 @@ class Validator {
     }
     for (const Op& op : trace_.ops()) {
       // A view nobody reads computed nothing: its result was at most inspected for its
-      // shape by code the dispatcher does not see (`x[0].shape`).
-      if (!op.is_input() && !reached.contains(&op) && !ReturnsView(op)) {
+      // shape by code the dispatcher does not see (`x[0].shape`). Neither did an op whose
+      // outputs are all empty (a detection head run on zero boxes, whose results only a
+      // loop over the boxes would read).
+      const bool computed_nothing =
+          !op.outs.empty() && std::all_of(op.outs.begin(), op.outs.end(), [](const at::Tensor& t) {
+            return t.defined() && t.numel() == 0;
+          });
+      if (!op.is_input() && !reached.contains(&op) && !ReturnsView(op) && !computed_nothing) {
         Fail(op, "unreachable: not an ancestor of any output or buffer write");
       }
     }

@@ -22,7 +22,7 @@
 //     output is only part of the buffer, are state-transition-only (listed, not failed).
 //   * reachability: every node but the inputs is an ancestor of an output, a buffer write,
 //     or an op whose results leave the graph as non-tensors (`item`, comparisons feeding
-//     control flow).
+//     control flow); unread views and ops with only empty outputs are exempt.
 #ifndef TORCHLENS_VALIDATION_VALIDATE_H_
 #define TORCHLENS_VALIDATION_VALIDATE_H_
 

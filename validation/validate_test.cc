@@ -306,5 +306,32 @@ TEST(ValidateTest, IndexPutCoveringItsDestinationIsExemptAndPartialIsNot) {
   EXPECT_GT(partial.perturbations_checked, covered.perturbations_checked);
 }
 
+TEST(ValidateTest, OutputWrittenThroughAViewValidates) {
+  // torchvision's resize_boxes: scale columns of a clone in place, return the clone.
+  torch::nn::Module net;
+  const torch::Tensor x = torch::tensor({{1.0, 2.0}, {3.0, 4.0}});
+  const ValidationReport report = CaptureAndValidate(net, [&] {
+    torch::Tensor boxes = x.clone();
+    boxes.select(1, 0).mul_(2);
+    return boxes;
+  });
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+}
+
+TEST(ValidateTest, UnreadEmptyResultsAreNotUnreachableButUnreadValuesAre) {
+  torch::nn::Module net;
+  const torch::Tensor x = torch::randn({4});
+  const ValidationReport empty = CaptureAndValidate(net, [&] {
+    torch::Tensor unused = x.narrow(0, 0, 0) * 3;  // a head run on zero boxes
+    return torch::relu(x);
+  });
+  EXPECT_TRUE(empty.passed) << absl::StrJoin(empty.failures, "\n");
+  const ValidationReport dead = CaptureAndValidate(net, [&] {
+    torch::Tensor unused = x.narrow(0, 0, 1) * 3;
+    return torch::relu(x);
+  });
+  EXPECT_THAT(dead.failures, ElementsAre(HasSubstr("unreachable")));
+}
+
 }  // namespace
 }  // namespace torchlens
