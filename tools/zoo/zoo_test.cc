@@ -96,6 +96,10 @@ std::string ModeCheck(const std::string& name, const std::string& mode, const st
   torch::manual_seed(0);
   absl::StatusOr<Trace> trace = TraceModule(*model, inputs);
   if (!trace.ok()) return absl::StrCat(mode, " capture: ", trace.status().message());
+  if (mode == "eval") {  // counted before any check, so failing rows show them too
+    row->ops = trace->capture_stats().user_ops;
+    row->buffers = trace->buffers().size();
+  }
   torch::manual_seed(0);
   const std::vector<at::Tensor> plain = Flatten(RunUnoptimized(*twin, inputs));
   std::vector<at::Tensor> captured;
@@ -157,11 +161,7 @@ std::string ModeCheck(const std::string& name, const std::string& mode, const st
       }
     }
   }
-  if (mode == "eval") {
-    row->ops = trace->capture_stats().user_ops;
-    row->buffers = trace->buffers().size();
-    row->cost = CaptureCost(*model, *twin, inputs);
-  }
+  if (mode == "eval") row->cost = CaptureCost(*model, *twin, inputs);
   return "";
 }
 
