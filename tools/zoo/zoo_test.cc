@@ -78,6 +78,13 @@ double CaptureCost(torch::jit::Module& model, torch::jit::Module& twin,
   return capture_times[2] / plain_times[2];
 }
 
+// The forward's arguments: the exported input, in a list for detection models.
+std::vector<c10::IValue> ModelInputs(const torch::jit::Module& values, bool detection) {
+  const at::Tensor x = values.attr("input_0").toTensor();
+  if (detection) return {c10::List<at::Tensor>({x})};
+  return {x};
+}
+
 std::string ModeCheck(const std::string& name, const std::string& mode, const std::string& dir,
                       torch::jit::Module& values, bool detection, Row* row) {
   absl::StatusOr<torch::jit::Module> model = LoadTorchScript(absl::StrCat(dir, "/", name, ".pt"));
@@ -85,13 +92,7 @@ std::string ModeCheck(const std::string& name, const std::string& mode, const st
   absl::StatusOr<torch::jit::Module> twin = LoadTorchScript(absl::StrCat(dir, "/", name, ".pt"));
   model->train(mode == "train");
   twin->train(mode == "train");
-  const at::Tensor x = values.attr("input_0").toTensor();
-  std::vector<c10::IValue> inputs;
-  if (detection) {
-    inputs.push_back(c10::List<at::Tensor>({x}));
-  } else {
-    inputs.push_back(x);
-  }
+  const std::vector<c10::IValue> inputs = ModelInputs(values, detection);
   torch::NoGradGuard no_grad;
   torch::manual_seed(0);
   absl::StatusOr<Trace> trace = TraceModule(*model, inputs);
@@ -220,15 +221,8 @@ TEST(ZooTest, EveryExportedModel) {
         a->eval();
         b->eval();
         torch::NoGradGuard no_grad;
-        const at::Tensor x = values.attr("input_0").toTensor();
-        std::vector<c10::IValue> inputs;
-        if (detection) {
-          inputs.push_back(c10::List<at::Tensor>({x}));
-        } else {
-          inputs.push_back(x);
-        }
-        row.cost = CaptureCost(*a, *b, inputs);
-        std::cout << "cost " << name << " " << row.cost << "\n";
+        row.cost = CaptureCost(*a, *b, ModelInputs(values, detection));
+        std::cout << "cost " << name << " " << row.cost << std::endl;  // progress, unbuffered
       }
       rows.push_back(std::move(row));
       continue;
