@@ -20,6 +20,11 @@ std::string ModelPath(const std::string& name);
 
 torch::jit::Module LoadModel(const std::string& name);
 
+// The models whose forward is deterministic and covers the buffer semantics (plain,
+// loops, in-place, slice and fused writes, reassignment), in gen_testdata.py's order:
+// the set every capture-wide test runs.
+const std::vector<std::string>& CoreModels();
+
 class Expected {
  public:
   explicit Expected(const std::string& name);

@@ -198,29 +198,7 @@ TEST(CaptureTest, ConvBatchNormGraphAndModules) {
 // Every test model: captured outputs equal eager PyTorch's, and outputs and final buffer
 // states are bit-identical with and without capture under the same executor settings.
 TEST(CaptureTest, CaptureNeverChangesWhatTheModelComputes) {
-  for (const char* name : {"mlp",
-                           "convbn_train",
-                           "convbn_eval",
-                           "loop_reuse",
-                           "multi_output",
-                           "call_twice",
-                           "inplace_after_read",
-                           "seed_recurrent",
-                           "recurrent_loop",
-                           "mul_add",
-                           "copy_into",
-                           "slice_copy",
-                           "slice_assign",
-                           "read_only",
-                           "add_then_mul",
-                           "return_buffer",
-                           "bn1d_train",
-                           "bn2d_train",
-                           "bn2d_eval",
-                           "instancenorm_train",
-                           "many_buffers",
-                           "counter_cell",
-                           "causal_mask_bn"}) {
+  for (const std::string& name : testdata::CoreModels()) {
     SCOPED_TRACE(name);
     testdata::Expected expected(name);
     torch::jit::Module plain = testdata::LoadModel(name);

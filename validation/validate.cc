@@ -465,6 +465,7 @@ class Validator {
         });
       }
     }
+    const std::vector<at::Tensor> saved = SavedArguments(op);
     for (const std::string& parent : op.parents) {
       // The tensor arguments that come from this parent and can matter.
       std::vector<int> indexes;
@@ -476,7 +477,6 @@ class Validator {
         }
       }
       if (indexes.empty()) continue;
-      const std::vector<at::Tensor> saved = SavedArguments(op);
       if (ZeroedByAnotherArgument(op, saved, indexes)) continue;
       bool empty = true;
       for (int i : indexes)

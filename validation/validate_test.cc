@@ -38,35 +38,10 @@ Op& Mutable(Trace& trace, const std::string& label) {
 }
 
 TEST(ValidateTest, EveryTestModelValidates) {
-  for (const char* name : {"mlp",
-                           "convbn_train",
-                           "convbn_eval",
-                           "loop_reuse",
-                           "multi_output",
-                           "call_twice",
-                           "inplace_after_read",
-                           "seed_recurrent",
-                           "recurrent_loop",
-                           "mul_add",
-                           "copy_into",
-                           "slice_copy",
-                           "slice_assign",
-                           "read_only",
-                           "add_then_mul",
-                           "return_buffer",
-                           "bn1d_train",
-                           "bn2d_train",
-                           "bn2d_eval",
-                           "instancenorm_train",
-                           "many_buffers",
-                           "counter_cell",
-                           "causal_mask_bn",
-                           "demo",
-                           "bn_loop_train",
-                           "dropout_train",
-                           "inplace_activation",
-                           "growing_list",
-                           "stochastic_depth_train"}) {
+  std::vector<std::string> names = testdata::CoreModels();
+  names.insert(names.end(), {"demo", "bn_loop_train", "dropout_train", "inplace_activation",
+                             "growing_list", "stochastic_depth_train"});
+  for (const std::string& name : names) {
     SCOPED_TRACE(name);
     const Trace trace = Capture(name);
     absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
