@@ -103,17 +103,26 @@ TEST(ValidateTest, BatchNormFiveTimesInALoopValidatesEveryFusedTransition) {
 }
 
 TEST(ValidateTest, DropoutReplaysUnderTheCapturedGeneratorState) {
-  const Trace trace = Capture("dropout_train");
-  const Op* dropout = *trace.Find("dropout_1_3:1");
-  EXPECT_TRUE(dropout->rng_state.defined());
-  // Some elements were dropped and the rest scaled by 2: the op did draw numbers.
-  const at::Tensor relu = (*trace.Find("relu_1_2:1"))->out;
-  EXPECT_TRUE(((dropout->out == 0) & (relu > 0)).any().item<bool>());
-  EXPECT_TRUE(at::allclose(dropout->out.masked_select(dropout->out != 0),
-                           2 * relu.masked_select(dropout->out != 0)));
-  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
-  ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  // Whether a 3x6 dropout drops one of its few positive inputs depends on the generator's
+  // state (and on which bernoulli kernel this CPU runs), so each seed is captured from a
+  // known state and the test asks only that some seed among several drew a drop.
+  int seeds_that_dropped = 0;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    SCOPED_TRACE(seed);
+    torch::manual_seed(seed);
+    const Trace trace = Capture("dropout_train");
+    const Op* dropout = *trace.Find("dropout_1_3:1");
+    EXPECT_TRUE(dropout->rng_state.defined());
+    // Every element was either dropped or scaled by 1 / (1 - 0.5).
+    const at::Tensor relu = (*trace.Find("relu_1_2:1"))->out;
+    const at::Tensor kept = dropout->out != 0;
+    EXPECT_TRUE(at::allclose(dropout->out.masked_select(kept), 2 * relu.masked_select(kept)));
+    if (((dropout->out == 0) & (relu > 0)).any().item<bool>()) ++seeds_that_dropped;
+    absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  }
+  EXPECT_GT(seeds_that_dropped, 0);
 }
 
 TEST(ValidateTest, TamperedOutputFails) {
