@@ -1,15 +1,19 @@
 // Capture of torch::nn (C++ frontend) modules: addressing, ownership-based module
 // attribution, passes of a re-called submodule, and buffer writes (in-place, fused, and
 // unjournaled). Expected running statistics are computed by hand from the saved values.
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/capture_key.h"
 
 namespace torchlens {
 namespace {
@@ -156,6 +160,54 @@ TEST(NnCaptureTest, SetDataInForwardIsReported) {
   ASSERT_TRUE(trace.ok()) << trace.status();
   ASSERT_EQ(trace->diagnostics().size(), 1u);
   EXPECT_EQ(trace->diagnostics()[0].address, "mask");
+}
+
+// A tensor the capture never saw produced (made with the capture key excluded, as the
+// TorchScript interpreter makes some constants) at the address of a freed op output is a
+// constant, not that op's output: see NOTE [Address reuse in unsaved mode].
+struct AddressReuseImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    const void* freed = nullptr;
+    {
+      torch::Tensor doubled = x * 2;  // recorded, then freed
+      freed = doubled.unsafeGetTensorImpl();
+    }
+    torch::Tensor outside;
+    {
+      c10::impl::ExcludeDispatchKeyGuard unseen(kCaptureKey);
+      outside = at::ones({3});
+    }
+    reused = outside.unsafeGetTensorImpl() == freed;
+    return x + outside;
+  }
+  bool reused = false;
+};
+TORCH_MODULE(AddressReuse);
+
+TEST(NnCaptureTest, TensorFromOutsideAtAFreedAddressIsAConstant) {
+  AddressReuse net;
+  const torch::Tensor x = torch::tensor({1.0, 2.0, 3.0});
+  // Unsaved (version counters tell tensors apart), unsaved under InferenceMode (tensors
+  // have no counter: weak references do), and saved (values keep addresses taken).
+  for (const auto [save, inference] : {std::pair{false, false}, {false, true}, {true, false}}) {
+    SCOPED_TRACE(testing::Message() << "save " << save << " inference " << inference);
+    std::optional<c10::InferenceMode> inference_mode;
+    if (inference) inference_mode.emplace();
+    CaptureOptions options;
+    options.save_activations = save;
+    CaptureGuard guard(*net, options);
+    guard.MarkInputs(x);
+    const torch::Tensor out = net->forward(x);
+    absl::StatusOr<Trace> trace = guard.Finish(out);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    if (inference) {
+      EXPECT_FALSE(net->reused);  // the weak reference keeps the freed TensorImpl's memory
+    } else if (!save) {
+      ASSERT_TRUE(net->reused) << "the allocator did not reuse the address; test is void";
+    }
+    EXPECT_THAT(Get(*trace, "add_1_2:1").parents, ElementsAre("input_1"));
+    EXPECT_THAT(Get(*trace, "mul_1_1:1").children, testing::IsEmpty());
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
@@ -59,6 +60,17 @@ bool SameValue(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor Snapshot(const at::Tensor& tensor) { return tensor.detach().clone(); }
 
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// The identity of a tensor's version counter (NOTE [Address reuse in unsaved mode]).
+// VariableVersion's one member is the intrusive pointer to the counter, and it offers no
+// accessor for it.
+static_assert(sizeof(c10::VariableVersion) == sizeof(void*),
+              "c10::VariableVersion is no longer a single pointer; revisit CounterOf");
+const void* CounterOf(const c10::VariableVersion& version) {
+  const void* counter;
+  std::memcpy(&counter, &version, sizeof(counter));
+  return counter;
+}
 
 }  // namespace
 
@@ -334,7 +346,10 @@ void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet key
 Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
   auto it = tensors_.find(impl);
   if (it == tensors_.end()) return nullptr;
-  if (it->second.alive.has_value() && it->second.alive->expired()) {
+  // NOTE [Address reuse in unsaved mode]
+  const TensorEntry& entry = it->second;
+  if ((entry.version.enabled() && CounterOf(entry.version) != CounterOf(impl->version_counter())) ||
+      (entry.alive.has_value() && entry.alive->expired())) {
     tensors_.erase(it);  // a new tensor at a freed tensor's address
     return nullptr;
   }
@@ -343,7 +358,13 @@ Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
 
 void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
   if (!options_.save_activations && entry.param < 0 && entry.buffer < 0) {
-    entry.alive.emplace(tensor.getIntrusivePtr());
+    // NOTE [Address reuse in unsaved mode]
+    const c10::VariableVersion& version = tensor.unsafeGetTensorImpl()->version_counter();
+    if (version.enabled()) {
+      entry.version = version;
+    } else {
+      entry.alive.emplace(tensor.getIntrusivePtr());
+    }
   }
   tensors_.insert_or_assign(tensor.unsafeGetTensorImpl(), std::move(entry));
 }
@@ -523,6 +544,7 @@ void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tens
   entry.slot = slot;
   if (existing != nullptr) {
     entry.aliases_buffer = existing->aliases_buffer;
+    entry.version = existing->version;
     entry.alive = existing->alive;
     *existing = std::move(entry);
     return;
@@ -624,7 +646,9 @@ void Recorder::SetHolder(int32_t buffer, const at::Tensor& tensor) {
   entry->buffer = buffer;
   entry->param = -1;
   entry->aliases_buffer = true;
-  entry->alive.reset();  // the buffer slot keeps it alive
+  // The buffer slot keeps it alive.
+  entry->version = c10::VariableVersion(c10::VariableVersion::DISABLED);
+  entry->alive.reset();
   if (entry == &fresh) Remember(tensor, std::move(fresh));
   if (tensor.has_storage()) {
     storages_[tensor.storage().unsafeGetStorageImpl()].buffers.push_back(buffer);
