@@ -1,9 +1,11 @@
 #include "graph/build_trace.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -70,7 +72,10 @@ Trace BuildTrace(CaptureRecord record) {
     }
   };
 
-  // First pass: labels and node-local fields.
+  // One pass in execution order. NOTE [Node order]: every source names an earlier node (a
+  // producer is recorded before any reader of its output), so a parent's label exists when
+  // its reader is labelled, and children are appended in execution order without a lookup.
+  absl::InlinedVector<int32_t, 8> parent_indices;
   for (size_t n = 0; n < nodes.size(); ++n) {
     const NodeRecord& node = nodes[n];
     Op& op = ops[n];
@@ -117,49 +122,56 @@ Trace BuildTrace(CaptureRecord record) {
       }
     }
     fill_outputs(node, op);
-  }
 
-  // Second pass: edges and saved arguments.
-  for (size_t n = 0; n < nodes.size(); ++n) {
-    const NodeRecord& node = nodes[n];
-    Op& op = ops[n];
-    auto add_parent = [&op](const std::string& label) {
-      for (const std::string& existing : op.parents) {
-        if (existing == label) return;
-      }
-      op.parents.push_back(label);
-    };
-    // Argument sources are replay data: kept with saved values only. An output node's one
-    // source tells validation whether it is its parent's output or a base the parent wrote
-    // through a view (output -1).
+    // Edges and saved arguments. Argument sources are replay data: kept with saved values
+    // only. An output node's one source tells validation whether it is its parent's output
+    // or a base the parent wrote through a view (output -1).
     const bool keep_sources = (node.kind == NodeRecord::Kind::kOp ||
                                node.kind == NodeRecord::Kind::kOutput) &&
                               record.saved_values;
     if (keep_sources) op.arg_sources.reserve(node.sources_end - node.sources_begin);
+    parent_indices.clear();
+    int num_params = 0;
     for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
       const SourceRecord& source = record.sources[s];
-      ArgSource::Kind kind = ArgSource::Kind::kNone;
-      const std::string* name = nullptr;
+      if (source.kind == SourceRecord::Kind::kParam) ++num_params;
+      if (source.kind != SourceRecord::Kind::kNode ||
+          std::find(parent_indices.begin(), parent_indices.end(), source.index) !=
+              parent_indices.end()) {
+        continue;
+      }
+      parent_indices.push_back(source.index);
+    }
+    op.parents.reserve(parent_indices.size());
+    for (int32_t parent : parent_indices) {
+      op.parents.push_back(ops[parent].label);
+      ops[parent].children.push_back(op.label);
+    }
+    op.parent_params.reserve(num_params);
+    for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
+      const SourceRecord& source = record.sources[s];
+      if (source.kind == SourceRecord::Kind::kParam) {
+        op.parent_params.push_back((*record.param_addresses)[source.index]);
+      }
+      if (!keep_sources) continue;
       switch (source.kind) {
         case SourceRecord::Kind::kNode:
-          kind = ArgSource::Kind::kNode;
-          name = &ops[source.index].label;
-          add_parent(*name);
+          op.arg_sources.push_back(
+              ArgSource{ArgSource::Kind::kNode, ops[source.index].label, source.output_index});
           break;
         case SourceRecord::Kind::kParam:
-          kind = ArgSource::Kind::kParam;
-          name = &(*record.param_addresses)[source.index];
-          op.parent_params.push_back(*name);
+          op.arg_sources.push_back(ArgSource{ArgSource::Kind::kParam,
+                                             (*record.param_addresses)[source.index],
+                                             source.output_index});
           break;
         case SourceRecord::Kind::kConstant:
-          kind = ArgSource::Kind::kConstant;
+          op.arg_sources.push_back(
+              ArgSource{ArgSource::Kind::kConstant, std::string(), source.output_index});
           break;
         case SourceRecord::Kind::kNone:
+          op.arg_sources.push_back(
+              ArgSource{ArgSource::Kind::kNone, std::string(), source.output_index});
           break;
-      }
-      if (keep_sources) {
-        op.arg_sources.push_back(
-            ArgSource{kind, name != nullptr ? *name : std::string(), source.output_index});
       }
     }
     if (node.kind != NodeRecord::Kind::kOp || !record.saved_values) continue;
@@ -190,6 +202,7 @@ Trace BuildTrace(CaptureRecord record) {
   parts.has_saved_values = record.saved_values;
   parts.training = record.training;
   parts.stats = record.stats;
+  parts.children_linked = true;
   return Trace::Assemble(std::move(parts));
 }
 

@@ -117,14 +117,16 @@ Trace Trace::Assemble(TraceParts parts) {
   trace.training_ = parts.training;
   trace.stats_ = parts.stats;
   trace.Index();
-  for (Op& op : trace.ops_) op.children.clear();
-  for (Op& op : trace.ops_) {
-    for (const std::string& parent : op.parents) {
-      auto it = trace.by_label_.find(parent);
-      if (it != trace.by_label_.end()) trace.ops_[it->second].children.push_back(op.label);
+  if (!parts.children_linked) {
+    for (Op& op : trace.ops_) op.children.clear();
+    for (Op& op : trace.ops_) {
+      for (const std::string& parent : op.parents) {
+        auto it = trace.by_label_.find(parent);
+        if (it != trace.by_label_.end()) trace.ops_[it->second].children.push_back(op.label);
+      }
     }
   }
-  trace.Relink();
+  trace.LinkBuffers();
   return trace;
 }
 
@@ -138,6 +140,11 @@ void Trace::Index() {
 
 void Trace::Relink() {
   Index();  // the label views point into this object's ops
+  LinkBuffers();
+}
+
+void Trace::LinkBuffers() {
+  if (buffers_.empty()) return;  // no pass over the ops of a model without buffers
   for (auto& [address, buffer] : buffers_) {
     buffer.versions.clear();
     buffer.num_overwrites = 0;

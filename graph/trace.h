@@ -171,6 +171,9 @@ struct TraceParts {
   bool has_saved_values = false;
   bool training = false;
   CaptureStats stats;
+  // Whether every op's `children` is already filled in (the trace builder does it while
+  // labelling); otherwise Assemble computes them from the parents.
+  bool children_linked = false;
 };
 
 class Trace {
@@ -220,6 +223,8 @@ class Trace {
     return *empty;
   }
   void Index();
+  // The buffer projections (`Buffer::versions`, initial and final values) from the ops.
+  void LinkBuffers();
 
   std::vector<Op> ops_;
   std::map<std::string, Buffer> buffers_;
