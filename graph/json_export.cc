@@ -35,8 +35,9 @@ std::string TraceToJson(const Trace& trace) {
     node["module_address"] = op.module_address;
     node["parents"] = op.parents;
     node["children"] = op.children;
-    node["parent_params"] = op.parent_params;
-    node["tensor_shape"] = op.tensor_shape;
+    node["parent_params"] =
+        std::vector<std::string>(op.parent_params.begin(), op.parent_params.end());
+    node["tensor_shape"] = c10::IntArrayRef(op.tensor_shape).vec();
     node["tensor_dtype"] = op.tensor_dtype;
     node["is_buffer"] = op.is_buffer;
     node["address"] = op.address;

@@ -41,7 +41,7 @@ std::string ModuleColumn(const std::string& address) { return address.empty() ? 
 
 }  // namespace
 
-std::string FormatShape(const std::vector<int64_t>& shape) {
+std::string FormatShape(c10::IntArrayRef shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 

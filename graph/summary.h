@@ -14,7 +14,7 @@ namespace torchlens {
 std::string FormatSummary(const Trace& trace);
 
 // "[1, 3, 224, 224]"; "[]" for a scalar.
-std::string FormatShape(const std::vector<int64_t>& shape);
+std::string FormatShape(c10::IntArrayRef shape);
 
 }  // namespace torchlens
 

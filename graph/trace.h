@@ -32,6 +32,7 @@
 #ifndef TORCHLENS_GRAPH_TRACE_H_
 #define TORCHLENS_GRAPH_TRACE_H_
 
+#include <ATen/core/DimVector.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -95,9 +97,12 @@ struct Op {
   int pass = 1;                       // execution count of this layer (the ":N" of the label)
   int layer_type_index = 0;           // the {type_index} of the label (0 for non-op nodes)
   int layer_step_index = 0;           // the {step_index} of the label (0 for non-op nodes)
-  std::vector<int64_t> tensor_shape;  // shape of `out`, recorded even when not saved
+  // Shape of `out`, recorded even when not saved. Inline storage, like LibTorch's own
+  // DimVector: building a trace allocates as little per op as it can.
+  at::DimVector tensor_shape;
   std::string tensor_dtype;           // "float", "long", ...; empty when not a tensor
-  std::vector<std::string> parent_params;  // parameter addresses read, in argument order
+  // Parameter addresses read, in argument order (most ops read at most two).
+  absl::InlinedVector<std::string, 2> parent_params;
   // Every tensor output, in return order (`out` is the first). Saved values only.
   std::vector<at::Tensor> outs;
   // The arguments the op was called with, as saved for replay: tensors are the saved

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "graph/archive_check.h"
 
 namespace torchlens {
@@ -44,13 +45,13 @@ using List = c10::impl::GenericList;
 Dict NewDict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 List NewList() { return List(c10::AnyType::get()); }
 
-c10::IValue Strings(const std::vector<std::string>& values) {
+c10::IValue Strings(absl::Span<const std::string> values) {
   c10::List<std::string> list;
   for (const std::string& value : values) list.push_back(value);
   return list;
 }
 
-c10::IValue Ints(const std::vector<int64_t>& values) { return c10::List<int64_t>(values); }
+c10::IValue Ints(c10::IntArrayRef values) { return c10::List<int64_t>(values); }
 
 c10::IValue TensorOrNone(const at::Tensor& t) {
   return t.defined() ? c10::IValue(t) : c10::IValue();
@@ -217,9 +218,12 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
   op.pass = static_cast<int>(r.Int(d, "pass"));
   op.layer_type_index = static_cast<int>(r.Int(d, "layer_type_index"));
   op.layer_step_index = static_cast<int>(r.Int(d, "layer_step_index"));
-  op.tensor_shape = r.Ints(d, "tensor_shape");
+  const std::vector<int64_t> shape = r.Ints(d, "tensor_shape");
+  op.tensor_shape.assign(shape.begin(), shape.end());
   op.tensor_dtype = r.String(d, "tensor_dtype");
-  op.parent_params = r.Strings(d, "parent_params");
+  std::vector<std::string> parent_params = r.Strings(d, "parent_params");
+  op.parent_params.assign(std::make_move_iterator(parent_params.begin()),
+                          std::make_move_iterator(parent_params.end()));
   for (const c10::IValue& t : r.ListOf(d, "outs")) {
     if (!t.isNone() && !t.isTensor())
       throw Reader::Malformed{absl::StrCat("ops[", index, "] \"outs\" holds a non-tensor")};

@@ -372,9 +372,16 @@ void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
 Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
   if (auto param = layout_->param_ids.find(impl); param != layout_->param_ids.end()) {
+    if (!options_.save_activations) {
+      // Nothing to remember about a parameter without its saved value: the layout finds
+      // it again, and the tensor table stays the size of the op outputs.
+      unsaved_param_ = TensorEntry();
+      unsaved_param_.param = param->second;
+      return &unsaved_param_;
+    }
     TensorEntry entry;
     entry.param = param->second;
-    if (options_.save_activations) entry.slot = Save(layout_->params[param->second].saved);
+    entry.slot = Save(layout_->params[param->second].saved);
     tensors_.insert_or_assign(impl, std::move(entry));
     return Lookup(impl);
   }

@@ -169,6 +169,7 @@ class Recorder {
   SourceRecord Resolve(const at::Tensor& tensor, bool* touches_buffer, int32_t* owner_module);
   TensorEntry* Lookup(const c10::TensorImpl* impl);
   // The entry of a tensor first seen now: a parameter (from the layout) or from outside.
+  // Valid until the next call (a parameter's entry in unsaved mode is not kept).
   TensorEntry* AddUnseen(const at::Tensor& tensor);
   TensorEntry* AddShallowCopy(const at::Tensor& tensor);
   int32_t AddInputNode(const at::Tensor& tensor);
@@ -220,6 +221,7 @@ class Recorder {
 
   absl::flat_hash_map<const void*, OpInfo> op_infos_;  // keyed by &op.schema()
   absl::flat_hash_map<const c10::TensorImpl*, TensorEntry> tensors_;
+  TensorEntry unsaved_param_;  // what AddUnseen returns for a parameter in unsaved mode
   absl::flat_hash_map<const c10::StorageImpl*, StorageEntry> storages_;
   std::vector<BufferState> buffers_;
   std::vector<int32_t> assigned_buffers_;  // buffers whose slot code may reassign
