@@ -39,7 +39,8 @@ namespace torchlens {
 // Marked sites live as long as the process (the private plans are never freed).
 // Aligned to a cache line, with what every capture reads first: a model's sites are cold
 // by the time its next capture runs, and one miss per op is the cost that grows with the
-// model (README "Benchmark").
+// model (README "Benchmark"). The marker prefetches its site, which the recorder reads
+// after the op ran; each site also prefetches the next one.
 struct alignas(64) MarkedSite {
   // The module `path` resolved to in the module tree resolved last, so that captures after
   // the first resolve nothing: (tree serial << 32) | (unresolved << 31) | module id; 0 when
