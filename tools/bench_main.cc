@@ -29,6 +29,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -64,6 +65,8 @@ const std::vector<BenchModel>& Models() {
       {"transformer", "transformer.pt", false, {1, 16, 64}, true},
       {"mlp200", "mlp200.pt", false, {1, 16}, false},
       {"mlp2000", "mlp2000.pt", false, {1, 16}, false},
+      {"mlp200_tied", "mlp200_tied.pt", false, {1, 16}, false},
+      {"mlp2000_tied", "mlp2000_tied.pt", false, {1, 16}, false},
   };
   return models;
 }
@@ -358,19 +361,38 @@ int main(int argc, char** argv) {
     std::cout.flush();
     for (nlohmann::json& row : rows) all.push_back(row);
   }
-  // Scaling: per-op capture cost at 2,000 layers against 200.
-  double per_op[2] = {0, 0};
-  for (const nlohmann::json& row : all) {
-    if (row["config"] != "capture_unsaved") continue;
-    if (row["model"] == "mlp200")
-      per_op[0] = row["median_us"].get<double>() / row["recorded_ops"].get<double>();
-    if (row["model"] == "mlp2000")
-      per_op[1] = row["median_us"].get<double>() / row["recorded_ops"].get<double>();
+  // Scaling: per-op cost at 2,000 layers against 200, of the captured forward (without
+  // saved values), of the plain forward, and of what capture adds. The tied pair shares one
+  // layer's weights, so its memory does not grow with depth: it separates the capture's own
+  // scaling from the model's leaving the cache (README "Performance").
+  auto per_op = [&](const std::string& model, const std::string& config) -> double {
+    for (const nlohmann::json& row : all) {
+      if (row["model"] == model && row["config"] == config) {
+        return row["median_us"].get<double>() / row["recorded_ops"].get<double>();
+      }
+    }
+    return 0;
+  };
+  nlohmann::json scaling = nlohmann::json::array();
+  for (const auto& [small, large] : {std::pair<std::string, std::string>{"mlp200", "mlp2000"},
+                                     {"mlp200_tied", "mlp2000_tied"}}) {
+    const double capture[2] = {per_op(small, "capture_unsaved"), per_op(large, "capture_unsaved")};
+    const double plain[2] = {per_op(small, "plain"), per_op(large, "plain")};
+    if (capture[0] <= 0 || capture[1] <= 0 || plain[0] <= 0 || plain[1] <= 0) continue;
+    const double added[2] = {capture[0] - plain[0], capture[1] - plain[1]};
+    nlohmann::json row = {{"model", absl::StrCat(large, "/", small)},
+                          {"config", "scaling"},
+                          {"capture_per_op_ratio", capture[1] / capture[0]},
+                          {"plain_per_op_ratio", plain[1] / plain[0]},
+                          {"added_per_op_ratio", added[1] / added[0]}};
+    std::cout << absl::StrFormat(
+        "scaling %s: per-op cost at %s / %s: captured forward %.3fx, plain forward %.3fx, "
+        "added by capture %.3fx\n",
+        row["model"].get<std::string>(), large, small, row["capture_per_op_ratio"].get<double>(),
+        row["plain_per_op_ratio"].get<double>(), row["added_per_op_ratio"].get<double>());
+    scaling.push_back(row);
   }
-  if (per_op[0] > 0 && per_op[1] > 0) {
-    std::cout << absl::StrFormat("scaling: capture cost per op at mlp2000 / mlp200 = %.3f\n",
-                                 per_op[1] / per_op[0]);
-  }
+  for (nlohmann::json& row : scaling) all.push_back(row);
   if (!options->json_file.empty()) {
     std::ofstream(UserPath(options->json_file)) << all.dump(2) << "\n";
   }

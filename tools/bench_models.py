@@ -6,6 +6,8 @@ usage: bench_models.py OUT_DIR
 Models (random weights, seeded):
   mlp50.pt        50 x (Linear(16, 16) + ReLU), input [1, 16]      (op-bound)
   mlp200.pt       200 layers, mlp2000.pt 2000 layers               (scaling)
+  mlp200_tied.pt  the same with one Linear(16, 16) shared by every layer, so that the
+  mlp2000_tied.pt model's memory does not grow with its depth      (scaling control)
   resnet18.pt     torchvision ResNet-18, input [1, 3, 224, 224]    (compute-bound)
   recurrent.pt    a cell with a state buffer, 100 steps, input [1, 32]
   transformer.pt  nn.TransformerEncoderLayer(64, 4), input [1, 16, 64] (batch first)
@@ -24,6 +26,11 @@ def mlp(layers):
     for _ in range(layers):
         modules += [nn.Linear(16, 16), nn.ReLU()]
     return nn.Sequential(*modules)
+
+
+def tied_mlp(layers):
+    linear = nn.Linear(16, 16)
+    return nn.Sequential(*([linear, nn.ReLU()] * layers))
 
 
 class Recurrent(nn.Module):
@@ -45,6 +52,8 @@ def main(out):
         "mlp50": mlp(50),
         "mlp200": mlp(200),
         "mlp2000": mlp(2000),
+        "mlp200_tied": tied_mlp(200),
+        "mlp2000_tied": tied_mlp(2000),
         "resnet18": torchvision.models.resnet18(),
         "recurrent": Recurrent(),
         "transformer": nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True),

@@ -27,6 +27,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "graph/trace.h"
+#include "torchlens_dispatch/layer_classes.h"
 
 namespace torch {
 namespace jit {
@@ -94,6 +95,7 @@ struct ModelLayout {
     std::atomic<uint32_t> tensors{0};
     std::atomic<uint32_t> storages{0};
     std::atomic<uint32_t> layers{0};
+    std::atomic<uint32_t> layer_classes{0};
     std::atomic<uint32_t> nodes{0};
     std::atomic<uint32_t> args{0};
     std::atomic<uint32_t> sources{0};
@@ -102,6 +104,9 @@ struct ModelLayout {
     std::atomic<uint32_t> slots{0};
   };
   mutable CaptureSizes last_capture_sizes;
+
+  // The numbered layers of the model's TorchScript code: NOTE [Layer classes].
+  mutable LayerClasses layer_classes;
 };
 
 // The tensor a buffer entry's slot holds now (undefined if the slot holds None).

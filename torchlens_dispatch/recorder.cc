@@ -83,7 +83,7 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
       options_(options),
       module_addresses_(ModuleTree{layout_->serial, layout_->module_addresses,
                                    &layout_->module_ids, &layout_->module_types,
-                                   &layout_->module_children}),
+                                   &layout_->module_children, &layout_->layer_classes}),
       script_sites_(&module_addresses_) {
   NoCapture no_capture(kCaptureKey);
   record_.saved_values = options_.save_activations;
@@ -97,6 +97,7 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   tensors_.reserve(last.tensors.load(kRelaxed));
   storages_.reserve(last.storages.load(kRelaxed));
   layers_.reserve(last.layers.load(kRelaxed));
+  layer_of_class_.assign(last.layer_classes.load(kRelaxed), -1);
   record_.nodes.reserve(last.nodes.load(kRelaxed));
   record_.args.reserve(last.args.load(kRelaxed));
   record_.sources.reserve(last.sources.load(kRelaxed));
@@ -726,6 +727,16 @@ bool Recorder::IsWithin(int32_t inner, int32_t outer) {
 int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& site) {
   // See NOTE [Layers and passes].
   if (!site.in_script && module == 0) return next_layer_++;
+  if (site.layer_class >= 0 && module == site.module) {
+    // NOTE [Layer classes]
+    const size_t number = static_cast<size_t>(site.layer_class);
+    if (number >= layer_of_class_.size()) {
+      layer_of_class_.resize(std::max(number + 1, 2 * layer_of_class_.size()), -1);
+    }
+    int32_t& layer = layer_of_class_[number];
+    if (layer < 0) layer = next_layer_++;
+    return layer;
+  }
   const LayerKey key{module, op_index, site.in_script ? site.position : 0};
   auto [it, inserted] = layers_.try_emplace(key, next_layer_);
   if (inserted) ++next_layer_;
@@ -797,6 +808,7 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   sizes.tensors.store(static_cast<uint32_t>(tensors_.size()), kRelaxed);
   sizes.storages.store(static_cast<uint32_t>(storages_.size()), kRelaxed);
   sizes.layers.store(static_cast<uint32_t>(layers_.size()), kRelaxed);
+  sizes.layer_classes.store(static_cast<uint32_t>(layer_of_class_.size()), kRelaxed);
   sizes.nodes.store(static_cast<uint32_t>(record_.nodes.size()), kRelaxed);
   sizes.args.store(static_cast<uint32_t>(record_.args.size()), kRelaxed);
   sizes.sources.store(static_cast<uint32_t>(record_.sources.size()), kRelaxed);

@@ -242,6 +242,7 @@ class Recorder {
     }
   };
   absl::flat_hash_map<LayerKey, int32_t> layers_;
+  std::vector<int32_t> layer_of_class_;  // by NOTE [Layer classes] number; -1: not run yet
   int32_t next_layer_ = 0;
 };
 

@@ -135,7 +135,18 @@ ScriptSite ScriptSites::Current(c10::Symbol op) {
     const int32_t module = static_cast<int32_t>(resolved & 0x7fffffff);
     const bool unresolved = marked->unknown_instance || (resolved >> 31 & 1) != 0;
     ++marked_;
-    return ScriptSite{true, module, marked->position, unresolved};
+    ScriptSite site{true, module, marked->position, unresolved};
+    if (!unresolved) {
+      // NOTE [Layer classes]
+      uint64_t layer_class = marked->layer_class.load();
+      if (layer_class >> 32 != serial) {
+        layer_class = serial << 32 | static_cast<uint32_t>(addresses_->layer_classes()->Number(
+                                         module, marked->op, marked->position));
+        marked->layer_class.store(layer_class);
+      }
+      site.layer_class = static_cast<int32_t>(layer_class & 0xffffffff);
+    }
+    return site;
   }
   ScriptSite site = FromInterpreter();
   asked_ += site.in_script ? 1 : 0;

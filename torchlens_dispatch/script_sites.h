@@ -20,11 +20,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "torchlens_dispatch/layer_classes.h"
 
 namespace torchlens {
 
@@ -60,6 +61,8 @@ struct alignas(64) MarkedSite {
   bool unknown_instance = false;  // see ParsedHierarchy
   uint64_t position = 0;          // as ScriptSites::Current computes it at run time
   ResolvedModule resolved;
+  // Likewise the number of its layer (NOTE [Layer classes]): (tree serial << 32) | number.
+  ResolvedModule layer_class;
   // The site of the node after this one in the plan, prefetched while this op runs.
   const MarkedSite* next = nullptr;
   // The named module instances from the root inward, as ParseModuleHierarchy gives them.
@@ -83,6 +86,7 @@ struct ModuleTree {
   const absl::flat_hash_map<std::string, int32_t>* ids;
   const std::vector<std::string>* types;                      // by id
   const std::vector<std::vector<int32_t>>* children;          // by id
+  LayerClasses* layer_classes;  // the layout's: NOTE [Layer classes]
 };
 
 // Interned module addresses: the model's own (shared) and any other address the
@@ -97,6 +101,7 @@ class ModuleAddresses {
   // `*unresolved` when a step cannot be followed (the result is the module reached).
   int32_t Resolve(const std::vector<std::pair<std::string, std::string>>& path, bool* unresolved);
   uint32_t tree_serial() const { return tree_.serial; }
+  LayerClasses* layer_classes() const { return tree_.layer_classes; }
   const std::shared_ptr<const std::vector<std::string>>& base() const { return base_; }
   std::vector<std::string> ReleaseExtra() { return std::move(extra_); }
 
@@ -113,6 +118,8 @@ struct ScriptSite {
   int32_t module = 0;      // innermost module instance (ModuleAddresses id)
   uint64_t position = 0;   // hash of the source ranges from that module's code inward
   bool unknown_instance = false;  // see ParsedHierarchy
+  // For a marked site whose module is known: its number (NOTE [Layer classes]); else -1.
+  int32_t layer_class = -1;
 };
 
 // Reads the current op's site from the TorchScript interpreter. One per capture.
