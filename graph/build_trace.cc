@@ -43,7 +43,9 @@ Trace BuildTrace(CaptureRecord record) {
   const std::vector<NodeRecord>& nodes = record.nodes;
   TraceParts parts;
   std::vector<Op>& ops = parts.ops;
-  ops.resize(nodes.size());
+  // Each op is constructed when its node is reached, so that it is filled while its lines
+  // are in cache; the reservation keeps parents' addresses stable for their children.
+  ops.reserve(nodes.size());
 
   // Buffer numbers in order of first appearance; versions counted per buffer.
   std::vector<int> buffer_number(record.buffers.size(), 0);
@@ -78,7 +80,7 @@ Trace BuildTrace(CaptureRecord record) {
   absl::InlinedVector<int32_t, 8> parent_indices;
   for (size_t n = 0; n < nodes.size(); ++n) {
     const NodeRecord& node = nodes[n];
-    Op& op = ops[n];
+    Op& op = ops.emplace_back();
     switch (node.kind) {
       case NodeRecord::Kind::kInput:
         op.type = "input";
@@ -135,7 +137,10 @@ Trace BuildTrace(CaptureRecord record) {
     for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
       const SourceRecord& source = record.sources[s];
       if (source.kind == SourceRecord::Kind::kParam) ++num_params;
-      if (source.kind != SourceRecord::Kind::kNode ||
+      // NOTE [Node order]: a source that names no earlier node would be a capture bug; it
+      // makes no edge rather than reading an op not built yet.
+      if (source.kind != SourceRecord::Kind::kNode || source.index < 0 ||
+          source.index >= static_cast<int32_t>(n) ||
           std::find(parent_indices.begin(), parent_indices.end(), source.index) !=
               parent_indices.end()) {
         continue;
@@ -156,8 +161,11 @@ Trace BuildTrace(CaptureRecord record) {
       if (!keep_sources) continue;
       switch (source.kind) {
         case SourceRecord::Kind::kNode:
-          op.arg_sources.push_back(
-              ArgSource{ArgSource::Kind::kNode, ops[source.index].label, source.output_index});
+          op.arg_sources.push_back(ArgSource{
+              ArgSource::Kind::kNode,
+              source.index >= 0 && source.index < static_cast<int32_t>(n) ? ops[source.index].label
+                                                                          : std::string(),
+              source.output_index});
           break;
         case SourceRecord::Kind::kParam:
           op.arg_sources.push_back(ArgSource{ArgSource::Kind::kParam,
