@@ -304,6 +304,72 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   return rows;
 }
 
+// Per-op cost of `large` over `small` (the same layers, 10x as many), in blocks: each
+// block runs one model's plain forward and capture (without saved values) alternately,
+// warm (one discarded iteration), and keeps their medians; blocks alternate between the
+// models, and each pair of blocks gives the ratios. The machine's slow drift over the run
+// (other tenants of a shared L3) then moves both sides of a ratio alike, while each model
+// is measured in the steady state a service runs it in. The median pair is reported.
+nlohmann::json ScalingPair(const BenchModel& small, const BenchModel& large,
+                           const Options& options) {
+  struct Side {
+    torch::jit::Module model;
+    std::vector<c10::IValue> inputs;
+    double ops = 0;
+    double plain = 0, capture = 0;  // medians of this round's block, microseconds
+  };
+  CaptureOptions unsaved;
+  unsaved.save_activations = false;
+  torch::NoGradGuard no_grad;
+  std::vector<Side> sides;
+  for (const BenchModel* spec : {&small, &large}) {
+    absl::StatusOr<torch::jit::Module> model =
+        LoadTorchScript(absl::StrCat(options.models_dir, "/", spec->file));
+    if (!model.ok()) return nullptr;
+    model->train(spec->train);
+    torch::manual_seed(0);
+    Side side{*model, {torch::randn(spec->input_shape)}};
+    absl::StatusOr<Trace> trace = TraceModule(side.model, side.inputs, unsaved);
+    if (!trace.ok()) return nullptr;
+    side.ops = static_cast<double>(trace->capture_stats().user_ops);
+    sides.push_back(std::move(side));
+  }
+  auto time = [](const std::function<void()>& run) {
+    const auto start = Clock::now();
+    run();
+    return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  };
+  std::vector<double> capture_ratios, plain_ratios, added_ratios;
+  constexpr int kPerBlock = 11;
+  const int rounds = options.repeats > 0 ? options.repeats : 9;
+  for (int round = -1; round < rounds; ++round) {  // one warm-up round
+    for (Side& side : sides) {
+      std::vector<double> plain, capture;
+      for (int i = -1; i < kPerBlock; ++i) {
+        const double p = time([&] { side.model.forward(side.inputs); });
+        const double c = time([&] { (void)TraceModule(side.model, side.inputs, unsaved); });
+        if (i < 0) continue;
+        plain.push_back(p);
+        capture.push_back(c);
+      }
+      side.plain = Median(plain);
+      side.capture = Median(capture);
+    }
+    if (round < 0) continue;
+    const Side& a = sides[0];
+    const Side& b = sides[1];
+    capture_ratios.push_back((b.capture / b.ops) / (a.capture / a.ops));
+    plain_ratios.push_back((b.plain / b.ops) / (a.plain / a.ops));
+    added_ratios.push_back(((b.capture - b.plain) / b.ops) / ((a.capture - a.plain) / a.ops));
+  }
+  return {{"model", absl::StrCat(large.name, "/", small.name)},
+          {"config", "scaling"},
+          {"capture_per_op_ratio", Median(capture_ratios)},
+          {"plain_per_op_ratio", Median(plain_ratios)},
+          {"added_per_op_ratio", Median(added_ratios)},
+          {"repeats", rounds}};
+}
+
 void PrintTable(const nlohmann::json& rows) {
   std::cout << absl::StrFormat("%-15s %-16s %12s %8s %10s %7s %12s %10s %8s\n", "model", "config",
                                "median_us", "ratio", "us/op+", "ops", "peak+ MB", "saved MB",
@@ -361,38 +427,34 @@ int main(int argc, char** argv) {
     std::cout.flush();
     for (nlohmann::json& row : rows) all.push_back(row);
   }
-  // Scaling: per-op cost at 2,000 layers against 200, of the captured forward (without
-  // saved values), of the plain forward, and of what capture adds. The tied pair shares one
-  // layer's weights, so its memory does not grow with depth: it separates the capture's own
-  // scaling from the model's leaving the cache (README "Performance").
-  auto per_op = [&](const std::string& model, const std::string& config) -> double {
-    for (const nlohmann::json& row : all) {
-      if (row["model"] == model && row["config"] == config) {
-        return row["median_us"].get<double>() / row["recorded_ops"].get<double>();
-      }
+  // Scaling: per-op cost at 2,000 layers against 200. The tied pair shares one layer's
+  // weights, so that its memory does not grow with its depth: it separates the capture's
+  // own scaling from the model's leaving the cache (README "Performance").
+  auto spec = [](const std::string& name) -> const BenchModel* {
+    for (const BenchModel& model : Models()) {
+      if (model.name == name) return &model;
     }
-    return 0;
+    return nullptr;
   };
-  nlohmann::json scaling = nlohmann::json::array();
   for (const auto& [small, large] : {std::pair<std::string, std::string>{"mlp200", "mlp2000"},
                                      {"mlp200_tied", "mlp2000_tied"}}) {
-    const double capture[2] = {per_op(small, "capture_unsaved"), per_op(large, "capture_unsaved")};
-    const double plain[2] = {per_op(small, "plain"), per_op(large, "plain")};
-    if (capture[0] <= 0 || capture[1] <= 0 || plain[0] <= 0 || plain[1] <= 0) continue;
-    const double added[2] = {capture[0] - plain[0], capture[1] - plain[1]};
-    nlohmann::json row = {{"model", absl::StrCat(large, "/", small)},
-                          {"config", "scaling"},
-                          {"capture_per_op_ratio", capture[1] / capture[0]},
-                          {"plain_per_op_ratio", plain[1] / plain[0]},
-                          {"added_per_op_ratio", added[1] / added[0]}};
+    if (!options->only.empty() &&
+        std::find(options->only.begin(), options->only.end(), large) == options->only.end()) {
+      continue;
+    }
+    nlohmann::json row = ScalingPair(*spec(small), *spec(large), *options);
+    if (row.is_null()) {
+      std::cerr << "bench: could not measure " << large << " against " << small << "\n";
+      return 1;
+    }
     std::cout << absl::StrFormat(
-        "scaling %s: per-op cost at %s / %s: captured forward %.3fx, plain forward %.3fx, "
-        "added by capture %.3fx\n",
-        row["model"].get<std::string>(), large, small, row["capture_per_op_ratio"].get<double>(),
-        row["plain_per_op_ratio"].get<double>(), row["added_per_op_ratio"].get<double>());
-    scaling.push_back(row);
+        "scaling %s (per-op cost, median of %d pairs of blocks): captured forward %.3fx, "
+        "plain forward %.3fx, added by capture %.3fx\n",
+        row["model"].get<std::string>(), row["repeats"].get<int>(),
+        row["capture_per_op_ratio"].get<double>(), row["plain_per_op_ratio"].get<double>(),
+        row["added_per_op_ratio"].get<double>());
+    all.push_back(row);
   }
-  for (nlohmann::json& row : scaling) all.push_back(row);
   if (!options->json_file.empty()) {
     std::ofstream(UserPath(options->json_file)) << all.dump(2) << "\n";
   }
