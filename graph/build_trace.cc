@@ -118,8 +118,7 @@ Trace BuildTrace(CaptureRecord record) {
         op.pass = ++layer.passes;
         op.layer_type_index = layer.type_index;
         op.layer_step_index = layer.step_index;
-        op.label =
-            PassLabel(absl::StrCat(op.type, "_", layer.type_index, "_", layer.step_index), op.pass);
+        op.label = LayerPassLabel(op.type, layer.type_index, layer.step_index, op.pass);
         break;
       }
     }

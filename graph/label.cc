@@ -54,4 +54,8 @@ absl::StatusOr<ParsedKey> ParseKey(absl::string_view key) {
 
 std::string PassLabel(absl::string_view base, int pass) { return absl::StrCat(base, ":", pass); }
 
+std::string LayerPassLabel(absl::string_view type, int type_index, int step_index, int pass) {
+  return absl::StrCat(type, "_", type_index, "_", step_index, ":", pass);
+}
+
 }  // namespace torchlens

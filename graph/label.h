@@ -27,6 +27,9 @@ absl::StatusOr<ParsedKey> ParseKey(absl::string_view key);
 
 // "relu_1_2:3" from a base and a pass.
 std::string PassLabel(absl::string_view base, int pass);
+// "relu_1_2:3" from a layer's type, its two indices and a pass: PassLabel of the layer's
+// base name, built in one allocation (the trace builder labels every op with it).
+std::string LayerPassLabel(absl::string_view type, int type_index, int step_index, int pass);
 
 }  // namespace torchlens
 

@@ -28,5 +28,14 @@ TEST(ParseKey, RejectsMalformedKeys) {
   }
 }
 
+TEST(Labels, LayerPassLabelIsThePassLabelOfTheLayerBase) {
+  EXPECT_EQ(LayerPassLabel("relu", 1, 2, 3), "relu_1_2:3");
+  EXPECT_EQ(LayerPassLabel("linear", 1999, 3997, 1), PassLabel("linear_1999_3997", 1));
+  absl::StatusOr<ParsedKey> key = ParseKey(LayerPassLabel("batch_norm", 12, 40, 5));
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_EQ(key->base, "batch_norm_12_40");
+  EXPECT_EQ(key->pass, 5);
+}
+
 }  // namespace
 }  // namespace torchlens
