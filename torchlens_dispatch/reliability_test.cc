@@ -181,7 +181,9 @@ TEST(FaithfulnessTest, CaptureNeverChangesResultsOrGradients) {
         std::optional<CaptureGuard> guard;
         if (capture) guard.emplace(model);
         c10::IValue out = model.forward(inputs);
-        if (capture) EXPECT_TRUE(guard->Finish(out).ok());
+        if (capture) {
+          EXPECT_TRUE(guard->Finish(out).ok());
+        }
         guard.reset();
         std::vector<at::Tensor> results;
         at::Tensor loss = torch::zeros({});
@@ -213,7 +215,9 @@ TEST(FaithfulnessTest, CaptureNeverChangesResultsOrGradients) {
       ASSERT_EQ(plain.size(), captured.size());
       for (size_t i = 0; i < plain.size(); ++i) {
         ASSERT_EQ(plain[i].defined(), captured[i].defined()) << i;
-        if (plain[i].defined()) EXPECT_TRUE(torch::equal(plain[i], captured[i])) << i;
+        if (plain[i].defined()) {
+          EXPECT_TRUE(torch::equal(plain[i], captured[i])) << i;
+        }
       }
     }
   }

@@ -1,8 +1,10 @@
 // An example service: loads a TorchScript model once, serves a batch of requests from a
 // worker pool, and captures the requests marked for it (see service.h).
 //
-//   tools/bazelw run //tools/serve:serve_example -- --requests 16 --workers 4 \
-//       --capture 3,7 --out_dir /tmp/torchlens-serve
+//   tools/bazelw run //tools/serve:serve_example -- --requests 16 --capture 3,7
+//
+// serves 16 requests on --workers threads (default 4) and writes the traces of requests 3
+// and 7 under --out_dir (default /tmp/torchlens-serve).
 //
 // Requests are generated (seeded random inputs of --input_shape), or read from --input_dir
 // (files NAME.pt written by torch.save, served in name order). Each answer prints one line.
