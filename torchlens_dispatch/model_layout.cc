@@ -77,6 +77,11 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     (*trace_params)[param.address] = Param{param.address, param.tensor.sizes().vec(), owner};
     add_to_owners(param.address, &Module::params);
   }
+  layout->param_order.reserve(layout->params.size());
+  for (const ModelLayout::ParamEntry& param : layout->params) {
+    const c10::TensorImpl* impl = param.tensor.unsafeGetTensorImpl();
+    layout->param_order.emplace_back(impl, layout->param_ids.at(impl));
+  }
   for (ModelLayout::BufferEntry& buffer : layout->buffers) {
     buffer.module = module_of(OwnerAddress(buffer.address));
     add_to_owners(buffer.address, &Module::buffers);

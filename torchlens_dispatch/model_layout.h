@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -59,6 +60,11 @@ struct ModelLayout {
   std::vector<ParamEntry> params;
   std::shared_ptr<const std::vector<std::string>> param_addresses;
   absl::flat_hash_map<const c10::TensorImpl*, int32_t> param_ids;
+  // The parameters in registration order, each with its id in `param_ids` (the first of
+  // its addresses). Forward passes mostly read parameters in this order, so the recorder
+  // tries the one after the last it found before it hashes: on a model larger than the
+  // cache the hash probe is a miss per parameter.
+  std::vector<std::pair<const c10::TensorImpl*, int32_t>> param_order;
 
   struct BufferEntry {
     std::string address;

@@ -372,17 +372,17 @@ void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
 
 Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
-  if (auto param = layout_->param_ids.find(impl); param != layout_->param_ids.end()) {
+  if (const int32_t param = ParamId(impl); param >= 0) {
     if (!options_.save_activations) {
       // Nothing to remember about a parameter without its saved value: the layout finds
       // it again, and the tensor table stays the size of the op outputs.
       unsaved_param_ = TensorEntry();
-      unsaved_param_.param = param->second;
+      unsaved_param_.param = param;
       return &unsaved_param_;
     }
     TensorEntry entry;
-    entry.param = param->second;
-    entry.slot = Save(layout_->params[param->second].saved);
+    entry.param = param;
+    entry.slot = Save(layout_->params[param].saved);
     tensors_.insert_or_assign(impl, std::move(entry));
     return Lookup(impl);
   }
@@ -406,6 +406,18 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   }
   Remember(tensor, std::move(outside));
   return Lookup(impl);
+}
+
+int32_t Recorder::ParamId(const c10::TensorImpl* impl) {
+  // See ModelLayout::param_order.
+  const std::vector<std::pair<const c10::TensorImpl*, int32_t>>& order = layout_->param_order;
+  if (next_param_ < order.size() && order[next_param_].first == impl) {
+    return order[next_param_++].second;
+  }
+  auto it = layout_->param_ids.find(impl);
+  if (it == layout_->param_ids.end()) return -1;
+  next_param_ = static_cast<size_t>(it->second) + 1;
+  return it->second;
 }
 
 SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,

@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -171,6 +172,8 @@ class Recorder {
   // The entry of a tensor first seen now: a parameter (from the layout) or from outside.
   // Valid until the next call (a parameter's entry in unsaved mode is not kept).
   TensorEntry* AddUnseen(const at::Tensor& tensor);
+  // The parameter id of `impl`, or -1 (ModelLayout::param_order, then param_ids).
+  int32_t ParamId(const c10::TensorImpl* impl);
   TensorEntry* AddShallowCopy(const at::Tensor& tensor);
   int32_t AddInputNode(const at::Tensor& tensor);
   int32_t EnsureBufferVersion(int32_t buffer);  // the read version if none exists yet
@@ -222,6 +225,7 @@ class Recorder {
   absl::flat_hash_map<const void*, OpInfo> op_infos_;  // keyed by &op.schema()
   absl::flat_hash_map<const c10::TensorImpl*, TensorEntry> tensors_;
   TensorEntry unsaved_param_;  // what AddUnseen returns for a parameter in unsaved mode
+  size_t next_param_ = 0;      // in layout_->param_order: the parameter expected next
   absl::flat_hash_map<const c10::StorageImpl*, StorageEntry> storages_;
   std::vector<BufferState> buffers_;
   std::vector<int32_t> assigned_buffers_;  // buffers whose slot code may reassign
