@@ -195,7 +195,7 @@ TEST(NnCaptureTest, TensorFromOutsideAtAFreedAddressIsAConstant) {
   const torch::Tensor x = torch::tensor({1.0, 2.0, 3.0});
   // Unsaved (version counters tell tensors apart), unsaved under InferenceMode (tensors
   // have no counter: weak references do), and saved (values keep addresses taken).
-  for (const auto [save, inference] : {std::pair{false, false}, {false, true}, {true, false}}) {
+  for (const auto& [save, inference] : {std::pair{false, false}, {false, true}, {true, false}}) {
     SCOPED_TRACE(testing::Message() << "save " << save << " inference " << inference);
     std::optional<c10::InferenceMode> inference_mode;
     if (inference) inference_mode.emplace();
