@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -89,14 +90,95 @@ int FixedArgument(uint8_t op) {
   }
 }
 
+// NOTE [Pickle stack depth]
+// LibTorch's unpickler pops its value stack without checking its size: a TUPLE2 with one
+// value on the stack reads below it, and the REDUCE after it freed memory it never
+// allocated (found by fuzzing). The check runs the pickle program on stack heights alone:
+// every opcode must find the values it consumes above the innermost MARK, mark-ended
+// opcodes need their MARK (and SETITEMS its key-value pairs, APPENDS/SETITEMS the
+// container below the MARK), and STOP must leave exactly one value.
+class StackHeights {
+ public:
+  absl::Status Apply(uint8_t op) {
+    switch (op) {
+      case 0x80:  // PROTO
+      case 0x95:  // FRAME
+        return absl::OkStatus();
+      case '(':  // MARK
+        marks_.push_back(depth_);
+        return absl::OkStatus();
+      case 'q':   // BINPUT
+      case 'r':   // LONG_BINPUT
+      case 0x94:  // MEMOIZE
+        return Consume(op, 1, 1);
+      case 'Q':   // BINPERSID
+      case 0x85:  // TUPLE1
+        return Consume(op, 1, 1);
+      case 0x86:  // TUPLE2
+      case 'R':   // REDUCE
+      case 'b':   // BUILD
+      case 0x81:  // NEWOBJ
+        return Consume(op, 2, 1);
+      case 'a':  // APPEND
+        return Consume(op, 2, 1);
+      case 0x87:  // TUPLE3
+        return Consume(op, 3, 1);
+      case 's':  // SETITEM
+        return Consume(op, 3, 1);
+      case 't':  // TUPLE
+      case 'e':  // APPENDS
+      case 'u':  // SETITEMS
+        return EndMark(op);
+      case '.':  // STOP
+        if (depth_ != 1 || !marks_.empty()) {
+          return Bad("the pickle program stops without exactly one value");
+        }
+        return absl::OkStatus();
+      default:  // every other accepted opcode pushes one value
+        ++depth_;
+        return absl::OkStatus();
+    }
+  }
+
+ private:
+  uint64_t Floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  absl::Status Consume(uint8_t op, uint64_t pops, uint64_t pushes) {
+    if (depth_ - Floor() < pops) return Underflow(op);
+    depth_ = depth_ - pops + pushes;
+    return absl::OkStatus();
+  }
+  absl::Status EndMark(uint8_t op) {
+    if (marks_.empty()) return Underflow(op);
+    const uint64_t mark = marks_.back();
+    marks_.pop_back();
+    if (op == 't') {
+      depth_ = mark + 1;
+      return absl::OkStatus();
+    }
+    // APPENDS and SETITEMS add to the container just below their MARK.
+    if (mark - Floor() < 1 || (op == 'u' && (depth_ - mark) % 2 != 0)) return Underflow(op);
+    depth_ = mark;
+    return absl::OkStatus();
+  }
+  static absl::Status Underflow(uint8_t op) {
+    return Bad(absl::StrCat("pickle opcode 0x", absl::Hex(op),
+                            " takes values the stack does not hold"));
+  }
+
+  uint64_t depth_ = 0;
+  std::vector<uint64_t> marks_;
+};
+
 absl::Status CheckPickle(const Bytes& bytes, uint64_t begin, uint64_t end) {
   uint64_t at = begin;
   // Memo ids: writers number them from 0, one per put. The unpickler reserves room for
   // twice the id it is given, so an id beyond the puts so far asks for memory at will.
   uint64_t puts = 0;
+  StackHeights stack;  // NOTE [Pickle stack depth]
   while (at < end) {
     const uint8_t op = static_cast<uint8_t>(bytes.View(at, 1)[0]);
     ++at;
+    if (absl::Status s = stack.Apply(op); !s.ok()) return s;
     if (op == '.') return absl::OkStatus();  // STOP
     const int fixed = FixedArgument(op);
     if (fixed >= 0) {

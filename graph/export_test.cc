@@ -155,6 +155,30 @@ TEST(TraceFileTest, HugeLengthFieldsAreRejectedBeforeAllocating) {
   EXPECT_EQ(ParseTraceFile(tail_cut).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Regression from fuzzing (NOTE [Pickle stack depth]): a one-bit change turned the
+// pickle's last BINGET into a MARK, so that TUPLE2 found one value where it pops two, and
+// LibTorch's unpickler freed memory it never allocated.
+TEST(TraceFileTest, PickleOpcodesThatPopAnEmptyStackAreRejected) {
+  const Trace trace = Capture("mlp");
+  const std::string path = Temp("mlp.stack.pt");
+  ASSERT_TRUE(SaveTrace(trace, path).ok());
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(ParseTraceFile(bytes).ok());
+  // The pickle ends "BINGET n, TUPLE2, REDUCE, BINPUT m, STOP".
+  const std::string tail = "\x86Rq";
+  auto at = std::find_end(bytes.begin(), bytes.end(), tail.begin(), tail.end());
+  ASSERT_NE(at, bytes.end());
+  ASSERT_EQ(*(at - 2), 'h');
+  ASSERT_EQ(*(at + 4), '.');
+  *(at - 2) = '(';  // MARK
+  *(at - 1) = '(';  // MARK
+  absl::StatusOr<Trace> parsed = ParseTraceFile(bytes);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()),
+              HasSubstr("takes values the stack does not hold"));
+}
+
 TEST(JsonExportTest, MetadataWithAVersionedSchema) {
   const Trace trace = Capture("bn2d_train");
   const nlohmann::json json = nlohmann::json::parse(TraceToJson(trace));
