@@ -43,6 +43,14 @@ std::vector<at::Tensor> ArgTensors(const Op& op) {
 
 std::string Temp(const std::string& name) { return absl::StrCat(testing::TempDir(), "/", name); }
 
+// The bytes of `trace` saved as a trace file named `name`.
+std::vector<char> SavedBytes(const Trace& trace, const std::string& name) {
+  const std::string path = Temp(name);
+  EXPECT_TRUE(SaveTrace(trace, path).ok());
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 TEST(TraceFileTest, RoundTripGivesAnEqualTrace) {
   for (const char* name : {"convbn_train", "seed_recurrent", "slice_copy", "dropout_train",
                            "multi_output", "counter_cell"}) {
@@ -97,10 +105,7 @@ TEST(TraceFileTest, BadFilesGiveClearErrors) {
   EXPECT_EQ(LoadTrace(Temp("missing.pt")).status().code(), absl::StatusCode::kNotFound);
 
   const Trace trace = Capture("mlp");
-  const std::string path = Temp("mlp.trace.pt");
-  ASSERT_TRUE(SaveTrace(trace, path).ok());
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> bytes = SavedBytes(trace, "mlp.trace.pt");
   for (size_t cut : {size_t{0}, size_t{10}, bytes.size() / 4, bytes.size() / 2,
                      bytes.size() * 3 / 4, bytes.size() - 100}) {
     std::vector<char> truncated(bytes.begin(), bytes.begin() + cut);
@@ -136,10 +141,7 @@ TEST(TraceFileTest, BadFilesGiveClearErrors) {
 // buffer. Both are now clear errors before LibTorch allocates or reads.
 TEST(TraceFileTest, HugeLengthFieldsAreRejectedBeforeAllocating) {
   const Trace trace = Capture("mlp");
-  const std::string path = Temp("mlp.lengths.pt");
-  ASSERT_TRUE(SaveTrace(trace, path).ok());
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> bytes = SavedBytes(trace, "mlp.lengths.pt");
   const std::string needle = std::string("X\x06\0\0\0format", 11);
   auto at = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
   ASSERT_NE(at, bytes.end());
@@ -160,10 +162,7 @@ TEST(TraceFileTest, HugeLengthFieldsAreRejectedBeforeAllocating) {
 // LibTorch's unpickler freed memory it never allocated.
 TEST(TraceFileTest, PickleOpcodesThatPopAnEmptyStackAreRejected) {
   const Trace trace = Capture("mlp");
-  const std::string path = Temp("mlp.stack.pt");
-  ASSERT_TRUE(SaveTrace(trace, path).ok());
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> bytes = SavedBytes(trace, "mlp.stack.pt");
   ASSERT_TRUE(ParseTraceFile(bytes).ok());
   // The pickle ends "BINGET n, TUPLE2, REDUCE, BINPUT m, STOP".
   const std::string tail = "\x86Rq";

@@ -43,13 +43,12 @@ namespace torchlens {
 // model (README "Benchmark"). The marker prefetches its site, which the recorder reads
 // after the op ran; each site also prefetches the next one.
 struct alignas(64) MarkedSite {
-  // The module `path` resolved to in the module tree resolved last, so that captures after
-  // the first resolve nothing: (tree serial << 32) | (unresolved << 31) | module id; 0 when
-  // none. One atomic word, so threads capturing the same model can share it.
-  class ResolvedModule {
+  // A value cached for the module tree it was computed against, (tree serial << 32) |
+  // value; 0 when none. One atomic word, so threads capturing the same model can share it.
+  class SerialTagged {
    public:
-    ResolvedModule() = default;
-    ResolvedModule(const ResolvedModule& other) : packed_(other.packed_.load()) {}
+    SerialTagged() = default;
+    SerialTagged(const SerialTagged& other) : packed_(other.packed_.load()) {}
     uint64_t load() const { return packed_.load(std::memory_order_relaxed); }
     void store(uint64_t packed) const { packed_.store(packed, std::memory_order_relaxed); }
 
@@ -60,9 +59,11 @@ struct alignas(64) MarkedSite {
   c10::Symbol op;                 // the node's operator, e.g. aten::linear
   bool unknown_instance = false;  // see ParsedHierarchy
   uint64_t position = 0;          // as ScriptSites::Current computes it at run time
-  ResolvedModule resolved;
-  // Likewise the number of its layer (NOTE [Layer classes]): (tree serial << 32) | number.
-  ResolvedModule layer_class;
+  // The module `path` resolved to, so that captures after the first resolve nothing:
+  // value = (unresolved << 31) | module id.
+  SerialTagged resolved;
+  // The number of its layer (NOTE [Layer classes]).
+  SerialTagged layer_class;
   // The site of the node after this one in the plan, prefetched while this op runs.
   const MarkedSite* next = nullptr;
   // The named module instances from the root inward, as ParseModuleHierarchy gives them.
