@@ -51,9 +51,26 @@ Trace BuildTrace(CaptureRecord record) {
   std::vector<int> buffer_number(record.buffers.size(), 0);
   std::vector<int> buffer_versions(record.buffers.size(), 0);
   int buffers_seen = 0;
-  // Layer numbers in order of first execution.
-  absl::flat_hash_map<int32_t, LayerNumbers> layers;
-  absl::flat_hash_map<std::string, int> layers_of_type;
+  // Layer numbers in order of first execution, by layer id (the recorder numbers layers
+  // densely from 0; see CaptureRecord::num_layers).
+  std::vector<LayerNumbers> layers(record.num_layers);
+  // Per distinct operator (not per op): its type name and the counter of layers of that
+  // type, shared by operators of one type (aten::add.Tensor and aten::add.Scalar).
+  std::vector<std::string> operator_types;
+  std::vector<int> operator_type_ids;
+  std::vector<int> layers_of_type;
+  {
+    absl::flat_hash_map<std::string, int> type_ids;
+    operator_types.reserve(record.operators.size());
+    operator_type_ids.reserve(record.operators.size());
+    for (const c10::OperatorName& name : record.operators) {
+      operator_types.push_back(OpTypeName(name));
+      auto [it, inserted] =
+          type_ids.try_emplace(operator_types.back(), static_cast<int>(type_ids.size()));
+      operator_type_ids.push_back(it->second);
+    }
+    layers_of_type.assign(type_ids.size(), 0);
+  }
   int steps = 0;
   int inputs = 0;
   int outputs = 0;
@@ -106,13 +123,16 @@ Trace BuildTrace(CaptureRecord record) {
       }
       case NodeRecord::Kind::kOp: {
         const c10::OperatorName& name = record.operators[node.op];
-        op.type = OpTypeName(name);
+        op.type = operator_types[node.op];
         op.func_name = name.name;
         op.overload_name = name.overload_name;
         op.module_address = module_address(node.module);
-        LayerNumbers& layer = layers[node.layer];
+        // An op without a layer id (a capture bug) is a layer of its own.
+        const size_t layer_id = node.layer >= 0 ? static_cast<size_t>(node.layer) : layers.size();
+        if (layer_id >= layers.size()) layers.resize(layer_id + 1);
+        LayerNumbers& layer = layers[layer_id];
         if (layer.passes == 0) {
-          layer.type_index = ++layers_of_type[op.type];
+          layer.type_index = ++layers_of_type[operator_type_ids[node.op]];
           layer.step_index = ++steps;
         }
         op.pass = ++layer.passes;

@@ -82,6 +82,7 @@ struct CaptureRecord {
   std::vector<at::Tensor> slots;  // saved tensor values
 
   std::vector<c10::OperatorName> operators;  // distinct operators, by first use
+  int32_t num_layers = 0;  // kOp nodes' layer ids are in [0, num_layers)
   // Module ids index `module_addresses` (the model's, shared; 0 is the root ""), then
   // `extra_module_addresses`.
   std::shared_ptr<const std::vector<std::string>> module_addresses;

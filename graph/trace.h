@@ -188,6 +188,7 @@ class Trace {
   Trace& operator=(const Trace& other);
   Trace(Trace&&) noexcept = default;
   Trace& operator=(Trace&&) noexcept = default;
+  ~Trace();  // NOTE [Destroying a trace]
 
   const std::vector<Op>& ops() const { return ops_; }
   // Accepts "relu_1_2:1", "relu_1_2" (when it has one pass), "bn.running_mean:2",

@@ -216,5 +216,35 @@ TEST(NnCaptureTest, TensorFromOutsideAtAFreedAddressIsAConstant) {
   }
 }
 
+// Layers are numbered per type, and the type is the operator's name without its
+// overload: aten::add.Tensor and aten::add.Scalar count as the first and second "add".
+struct AddsImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x, torch::Tensor y) {
+    torch::Tensor sum = x.add(y);  // aten::add.Tensor
+    torch::Tensor shifted = sum.add(1);  // aten::add.Scalar
+    return torch::relu(shifted).add(y);  // aten::add.Tensor again
+  }
+};
+TORCH_MODULE(Adds);
+
+TEST(NnCaptureTest, OverloadsOfOneOperatorShareTheTypeCount) {
+  Adds model;
+  const torch::Tensor x = torch::tensor({1.0, -5.0});
+  const torch::Tensor y = torch::tensor({2.0, 3.0});
+  CaptureGuard guard(*model);
+  guard.MarkInputs(c10::ivalue::Tuple::create({x, y}));
+  const torch::Tensor out = model->forward(x, y);
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+
+  EXPECT_THAT(Labels(*trace), ElementsAre("input_1", "input_2", "add_1_1:1", "add_2_2:1",
+                                          "relu_1_3:1", "add_3_4:1", "output_1"));
+  EXPECT_EQ(Get(*trace, "add_1_1:1").overload_name, "Tensor");
+  EXPECT_EQ(Get(*trace, "add_2_2:1").overload_name, "Scalar");
+  EXPECT_EQ(Get(*trace, "add_3_4:1").overload_name, "Tensor");
+  // (1 + 2) + 1 = 4 -> relu 4 -> 4 + 2 = 6; (-5 + 3) + 1 = -1 -> relu 0 -> 0 + 3 = 3.
+  EXPECT_TRUE(torch::equal(out, torch::tensor({6.0, 3.0})));
+}
+
 }  // namespace
 }  // namespace torchlens

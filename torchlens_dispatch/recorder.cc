@@ -815,6 +815,7 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   record_.stats.marked_sites = script_sites_.marked();
   record_.stats.interpreter_sites = script_sites_.asked();
   record_.extra_module_addresses = module_addresses_.ReleaseExtra();
+  record_.num_layers = next_layer_;
   ModelLayout::CaptureSizes& sizes = layout_->last_capture_sizes;
   constexpr auto kRelaxed = std::memory_order_relaxed;
   sizes.tensors.store(static_cast<uint32_t>(tensors_.size()), kRelaxed);
