@@ -1,6 +1,7 @@
 #include "torchlens_dispatch/script_runner.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
@@ -9,11 +10,11 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include <mutex>
 #include "torchlens_dispatch/script_sites.h"
 
 namespace torchlens {
@@ -176,6 +177,32 @@ struct PrivatePlan {
   std::unique_ptr<torch::jit::GraphFunction> function;
 };
 
+// NOTE [Constant branches]
+// TorchScript compiles a module's constants (`__constants__`, such as ReLU's `inplace`)
+// into its graph as literals, so `if self.inplace:` stays an `If` on a literal in the
+// method's graph until the model's own executor optimizes it away. The private plan folds
+// such branches too, and nothing else (folding ops on constant inputs would drop ops the
+// code runs): each ReLU of a model then runs one op and one marker, not a branch holding
+// two of each.
+void FoldConstantBranches(torch::jit::Block* block) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    torch::jit::Node* node = *it++;
+    for (torch::jit::Block* inner : node->blocks()) FoldConstantBranches(inner);
+    if (node->kind() != c10::prim::If) continue;
+    const c10::optional<c10::IValue> condition = torch::jit::toIValue(node->input(0));
+    if (!condition.has_value() || !condition->isBool()) continue;
+    torch::jit::Block* taken = node->blocks()[condition->toBool() ? 0 : 1];
+    for (auto inner = taken->nodes().begin(); inner != taken->nodes().end();) {
+      torch::jit::Node* moved = *inner++;
+      moved->moveBefore(node);
+    }
+    for (size_t i = 0; i < node->outputs().size(); ++i) {
+      node->output(i)->replaceAllUsesWith(taken->outputs()[i]);
+    }
+    node->destroy();
+  }
+}
+
 // NOTE [Marker placement]
 // A marker must be the last one to run before its op dispatches, so nothing that dispatches
 // may run between them. Within that constraint it goes before the nodes that only gather
@@ -209,6 +236,7 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
   std::shared_ptr<torch::jit::Graph> graph = method.graph()->copy();
   InlinedGraphs inlined;
   InlineCalls(graph->block(), &inlined);
+  FoldConstantBranches(graph->block());
   std::string top = "TOP";
   if (!graph->inputs().empty()) {
     if (auto self = graph->inputs()[0]->type()->cast<c10::ClassType>(); self && self->name()) {
