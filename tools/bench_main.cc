@@ -413,6 +413,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   at::set_num_threads(options->threads);
+#ifndef __OPTIMIZE__
+  // `bazel-bin/tools/bench` after a `bazel test` is the fastbuild binary: torchlens' own
+  // code at -O0 against an optimized LibTorch, which makes capture look slow and its
+  // scaling look flat.
+  std::cout << "WARNING: this bench was built without optimization, so its ratios do not "
+               "describe torchlens; run tools/bazelw run -c opt //tools:bench\n";
+#endif
   std::cout << "torchlens bench: " << options->threads << " intra-op thread(s), medians; "
             << "malloc thresholds pinned (M_MMAP_THRESHOLD 64 MiB, M_TRIM_THRESHOLD 256 MiB)\n";
   nlohmann::json all = nlohmann::json::array();
