@@ -110,21 +110,18 @@ class StackHeights {
       case 'q':   // BINPUT
       case 'r':   // LONG_BINPUT
       case 0x94:  // MEMOIZE
-        return Consume(op, 1, 1);
       case 'Q':   // BINPERSID
       case 0x85:  // TUPLE1
-        return Consume(op, 1, 1);
+        return Consume(op, 1);
       case 0x86:  // TUPLE2
       case 'R':   // REDUCE
       case 'b':   // BUILD
       case 0x81:  // NEWOBJ
-        return Consume(op, 2, 1);
-      case 'a':  // APPEND
-        return Consume(op, 2, 1);
+      case 'a':   // APPEND
+        return Consume(op, 2);
       case 0x87:  // TUPLE3
-        return Consume(op, 3, 1);
-      case 's':  // SETITEM
-        return Consume(op, 3, 1);
+      case 's':   // SETITEM
+        return Consume(op, 3);
       case 't':  // TUPLE
       case 'e':  // APPENDS
       case 'u':  // SETITEMS
@@ -142,9 +139,10 @@ class StackHeights {
 
  private:
   uint64_t Floor() const { return marks_.empty() ? 0 : marks_.back(); }
-  absl::Status Consume(uint8_t op, uint64_t pops, uint64_t pushes) {
+  // An opcode that pops `pops` values and pushes its result.
+  absl::Status Consume(uint8_t op, uint64_t pops) {
     if (depth_ - Floor() < pops) return Underflow(op);
-    depth_ = depth_ - pops + pushes;
+    depth_ = depth_ - pops + 1;
     return absl::OkStatus();
   }
   absl::Status EndMark(uint8_t op) {

@@ -142,6 +142,13 @@ double Median(std::vector<double> values) {
   return values.empty() ? 0.0 : values[values.size() / 2];
 }
 
+// Wall time of one call, in microseconds.
+double MicrosOf(const std::function<void()>& run) {
+  const auto start = Clock::now();
+  run();
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
 struct Options {
   std::string models_dir;
   std::vector<std::string> only;
@@ -149,6 +156,12 @@ struct Options {
   int repeats = 0;  // 0: chosen per model
   std::string json_file;
 };
+
+// Whether --models leaves `name` in (all models when it is not given).
+bool Selected(const Options& options, const std::string& name) {
+  return options.only.empty() ||
+         std::find(options.only.begin(), options.only.end(), name) != options.only.end();
+}
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   Options options;
@@ -257,18 +270,11 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   }
   int repeats = options.repeats;
   if (repeats == 0) {
-    const auto start = Clock::now();
-    configs[0].run();
-    const double plain = std::chrono::duration<double>(Clock::now() - start).count();
+    const double plain = MicrosOf(configs[0].run) / 1e6;  // seconds
     repeats = static_cast<int>(std::clamp(6.0 / (plain * 6 + 1e-9), 9.0, 301.0));
   }
   for (int r = 0; r < repeats; ++r) {
-    for (Config& config : configs) {
-      const auto start = Clock::now();
-      config.run();
-      config.micros.push_back(
-          std::chrono::duration<double, std::micro>(Clock::now() - start).count());
-    }
+    for (Config& config : configs) config.micros.push_back(MicrosOf(config.run));
   }
 
   // Memory, in separate runs.
@@ -334,11 +340,6 @@ nlohmann::json ScalingPair(const BenchModel& small, const BenchModel& large,
     side.ops = static_cast<double>(trace->capture_stats().user_ops);
     sides.push_back(std::move(side));
   }
-  auto time = [](const std::function<void()>& run) {
-    const auto start = Clock::now();
-    run();
-    return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-  };
   std::vector<double> capture_ratios, plain_ratios, added_ratios;
   constexpr int kPerBlock = 11;
   const int rounds = options.repeats > 0 ? options.repeats : 9;
@@ -346,8 +347,8 @@ nlohmann::json ScalingPair(const BenchModel& small, const BenchModel& large,
     for (Side& side : sides) {
       std::vector<double> plain, capture;
       for (int i = -1; i < kPerBlock; ++i) {
-        const double p = time([&] { side.model.forward(side.inputs); });
-        const double c = time([&] { (void)TraceModule(side.model, side.inputs, unsaved); });
+        const double p = MicrosOf([&] { side.model.forward(side.inputs); });
+        const double c = MicrosOf([&] { (void)TraceModule(side.model, side.inputs, unsaved); });
         if (i < 0) continue;
         plain.push_back(p);
         capture.push_back(c);
@@ -424,10 +425,7 @@ int main(int argc, char** argv) {
             << "malloc thresholds pinned (M_MMAP_THRESHOLD 64 MiB, M_TRIM_THRESHOLD 256 MiB)\n";
   nlohmann::json all = nlohmann::json::array();
   for (const BenchModel& model : Models()) {
-    if (!options->only.empty() &&
-        std::find(options->only.begin(), options->only.end(), model.name) == options->only.end()) {
-      continue;
-    }
+    if (!Selected(*options, model.name)) continue;
     nlohmann::json rows = BenchOne(model, *options);
     if (rows.is_null()) return 1;
     PrintTable(rows);
@@ -445,10 +443,7 @@ int main(int argc, char** argv) {
   };
   for (const auto& [small, large] : {std::pair<std::string, std::string>{"mlp200", "mlp2000"},
                                      {"mlp200_tied", "mlp2000_tied"}}) {
-    if (!options->only.empty() &&
-        std::find(options->only.begin(), options->only.end(), large) == options->only.end()) {
-      continue;
-    }
+    if (!Selected(*options, large)) continue;
     nlohmann::json row = ScalingPair(*spec(small), *spec(large), *options);
     if (row.is_null()) {
       std::cerr << "bench: could not measure " << large << " against " << small << "\n";

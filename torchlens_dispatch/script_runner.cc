@@ -187,11 +187,15 @@ struct PrivatePlan {
 void FoldConstantBranches(torch::jit::Block* block) {
   for (auto it = block->nodes().begin(); it != block->nodes().end();) {
     torch::jit::Node* node = *it++;
-    for (torch::jit::Block* inner : node->blocks()) FoldConstantBranches(inner);
-    if (node->kind() != c10::prim::If) continue;
-    const c10::optional<c10::IValue> condition = torch::jit::toIValue(node->input(0));
-    if (!condition.has_value() || !condition->isBool()) continue;
+    const c10::optional<c10::IValue> condition =
+        node->kind() == c10::prim::If ? torch::jit::toIValue(node->input(0)) : c10::nullopt;
+    if (!condition.has_value() || !condition->isBool()) {
+      for (torch::jit::Block* inner : node->blocks()) FoldConstantBranches(inner);
+      continue;
+    }
+    // The branch taken replaces the If; the other one is never looked into.
     torch::jit::Block* taken = node->blocks()[condition->toBool() ? 0 : 1];
+    FoldConstantBranches(taken);
     for (auto inner = taken->nodes().begin(); inner != taken->nodes().end();) {
       torch::jit::Node* moved = *inner++;
       moved->moveBefore(node);
