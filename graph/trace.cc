@@ -127,13 +127,13 @@ Trace Trace::Assemble(TraceParts parts) {
   trace.has_saved_values_ = parts.has_saved_values;
   trace.training_ = parts.training;
   trace.stats_ = parts.stats;
-  trace.Index();
   if (!parts.children_linked) {
+    const absl::flat_hash_map<absl::string_view, int>& labels = trace.by_label();
     for (Op& op : trace.ops_) op.children.clear();
     for (Op& op : trace.ops_) {
       for (const std::string& parent : op.parents) {
-        auto it = trace.by_label_.find(parent);
-        if (it != trace.by_label_.end()) trace.ops_[it->second].children.push_back(op.label);
+        auto it = labels.find(parent);
+        if (it != labels.end()) trace.ops_[it->second].children.push_back(op.label);
       }
     }
   }
@@ -141,16 +141,22 @@ Trace Trace::Assemble(TraceParts parts) {
   return trace;
 }
 
-void Trace::Index() {
-  by_label_.clear();
-  by_label_.reserve(ops_.size());
-  for (size_t i = 0; i < ops_.size(); ++i) {
-    by_label_.emplace(absl::string_view(ops_[i].label), static_cast<int>(i));
-  }
+// NOTE [Lazy label index]
+const absl::flat_hash_map<absl::string_view, int>& Trace::by_label() const {
+  static const auto* const kNone = new absl::flat_hash_map<absl::string_view, int>();
+  if (label_index_ == nullptr) return *kNone;  // a moved-from trace has no ops
+  LabelIndex& index = *label_index_;
+  absl::call_once(index.built, [&] {
+    index.positions.reserve(ops_.size());
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      index.positions.emplace(absl::string_view(ops_[i].label), static_cast<int>(i));
+    }
+  });
+  return index.positions;
 }
 
 void Trace::Relink() {
-  Index();  // the label views point into this object's ops
+  label_index_ = std::make_unique<LabelIndex>();  // the ops, and so their labels, changed
   LinkBuffers();
 }
 
@@ -192,7 +198,8 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
   absl::StatusOr<ParsedKey> parsed = ParseKey(key);
   if (!parsed.ok()) return parsed.status();
 
-  if (auto it = by_label_.find(key); it != by_label_.end()) return &ops_[it->second];
+  const absl::flat_hash_map<absl::string_view, int>& labels = by_label();
+  if (auto it = labels.find(key); it != labels.end()) return &ops_[it->second];
 
   // A buffer address, with or without a version.
   if (auto it = buffers_.find(parsed->base); it != buffers_.end()) {

@@ -12,6 +12,7 @@
 //
 // glibc's malloc adapts its mmap and trim thresholds to the allocation pattern, which
 // skews small-model timings 2-4x from run to run; the bench pins both (mallopt) first.
+// Every timed run also pays for its own frees: see NOTE [Each run pays for its own frees].
 #include <ATen/Parallel.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -143,9 +144,24 @@ double Median(std::vector<double> values) {
 }
 
 // Wall time of one call, in microseconds.
+// NOTE [Each run pays for its own frees]
+// glibc keeps freed small blocks in its fast bins and merges them into free space only
+// when some later allocation of a large block asks for it (malloc_consolidate), whichever
+// code makes that allocation. A plain forward frees thousands of small blocks and
+// allocates nothing large, so without care its merging is done, and timed, in the capture
+// that follows it: on a 2,000-layer MLP that charged the capture 0.1-0.2 us per op of
+// the plain forward's work (README "Performance"). Each timed run therefore ends, inside
+// its timing, with one allocation of 256 KiB, which merges what the run itself freed.
+// glibc's policy is unchanged; only who is charged for it.
+void ConsolidateFrees() {
+  void* volatile block = std::malloc(256 << 10);  // volatile: the pair must not be elided
+  std::free(block);
+}
+
 double MicrosOf(const std::function<void()>& run) {
   const auto start = Clock::now();
   run();
+  ConsolidateFrees();
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
@@ -422,7 +438,8 @@ int main(int argc, char** argv) {
                "describe torchlens; run tools/bazelw run -c opt //tools:bench\n";
 #endif
   std::cout << "torchlens bench: " << options->threads << " intra-op thread(s), medians; "
-            << "malloc thresholds pinned (M_MMAP_THRESHOLD 64 MiB, M_TRIM_THRESHOLD 256 MiB)\n";
+            << "malloc thresholds pinned (M_MMAP_THRESHOLD 64 MiB, M_TRIM_THRESHOLD 256 MiB), "
+               "each timed run consolidates its own frees\n";
   nlohmann::json all = nlohmann::json::array();
   for (const BenchModel& model : Models()) {
     if (!Selected(*options, model.name)) continue;

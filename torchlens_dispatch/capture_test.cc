@@ -421,11 +421,32 @@ TEST(CaptureTest, TraceIsMovableAndCopyable) {
   const Op* before = *trace->Find("h:2");
   Trace moved = *std::move(trace);
   EXPECT_EQ(*moved.Find("h:2"), before);
+  // A moved-from trace is empty, not broken (NOTE [Lazy label index]).
+  EXPECT_EQ(trace->Find("h:2").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(moved.buffers().at("h").versions[1], before);
   Trace copy = moved;
   EXPECT_NE(*copy.Find("h:2"), before);
   EXPECT_EQ(copy.buffers().at("h").versions[1], *copy.Find("h:2"));
   EXPECT_EQ(copy.buffers().at("h").versions.size(), 3u);
+}
+
+// The label index is built by the first search (NOTE [Lazy label index]): a trace moved
+// or copied before anyone searched it finds its own ops.
+TEST(CaptureTest, TraceNeverSearchedBeforeMoveOrCopyFindsItsOwnOps) {
+  torch::jit::Module model = testdata::LoadModel("seed_recurrent");
+  testdata::Expected expected("seed_recurrent");
+  absl::StatusOr<Trace> trace = TraceModule(model, expected.inputs());
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const Trace copy = *trace;
+  const Trace moved = *std::move(trace);
+  for (const Trace* t : {&copy, &moved}) {
+    ASSERT_FALSE(t->ops().empty());
+    for (size_t i = 0; i < t->ops().size(); ++i) {
+      absl::StatusOr<const Op*> found = t->Find(t->ops()[i].label);
+      ASSERT_TRUE(found.ok()) << found.status();
+      EXPECT_EQ(*found, &t->ops()[i]);
+    }
+  }
 }
 
 }  // namespace

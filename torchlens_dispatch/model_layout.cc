@@ -81,6 +81,7 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
   for (const ModelLayout::ParamEntry& param : layout->params) {
     const c10::TensorImpl* impl = param.tensor.unsafeGetTensorImpl();
     layout->param_order.emplace_back(impl, layout->param_ids.at(impl));
+    layout->param_modules.push_back(param.module);
   }
   for (ModelLayout::BufferEntry& buffer : layout->buffers) {
     buffer.module = module_of(OwnerAddress(buffer.address));

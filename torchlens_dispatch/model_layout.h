@@ -65,6 +65,9 @@ struct ModelLayout {
   // tries the one after the last it found before it hashes: on a model larger than the
   // cache the hash probe is a miss per parameter.
   std::vector<std::pair<const c10::TensorImpl*, int32_t>> param_order;
+  // The module of each parameter, by id: what the recorder reads per parameter, packed
+  // sixteen to a cache line rather than one per `ParamEntry`.
+  std::vector<int32_t> param_modules;
 
   struct BufferEntry {
     std::string address;

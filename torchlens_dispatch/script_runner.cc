@@ -253,7 +253,6 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
   CollectOpNodes(graph->block(), &nodes);
   for (torch::jit::Node* node : nodes) {
     sites->push_back(SiteOf(node, top));
-    if (sites->size() > 1) (*sites)[sites->size() - 2].next = &sites->back();
     torch::jit::WithInsertPoint insert_before(MarkerPosition(node));
     torch::jit::Value* site =
         graph->insertConstant(static_cast<int64_t>(reinterpret_cast<intptr_t>(&sites->back())));

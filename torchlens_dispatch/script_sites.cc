@@ -122,7 +122,6 @@ uint64_t MixPosition(uint64_t hash, const torch::jit::SourceRange& range) {
 ScriptSite ScriptSites::Current(c10::Symbol op) {
   // See NOTE [Site markers].
   if (const MarkedSite* marked = TakeMarkedSite(); marked != nullptr && marked->op == op) {
-    if (marked->next != nullptr) __builtin_prefetch(marked->next);
     const uint64_t serial = addresses_->tree_serial();
     uint64_t resolved = marked->resolved.load();
     if (resolved >> 32 != serial) {

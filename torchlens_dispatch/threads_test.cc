@@ -146,5 +146,35 @@ TEST(ThreadsTest, StressEightThreadsTwoCapturing) {
   EXPECT_EQ(traces.load(), 2 * kIterations);
 }
 
+// The first searches of a trace build its label index (NOTE [Lazy label index]); threads
+// that search it at once all see the whole index.
+TEST(ThreadsTest, ThreadsSearchingAFreshTraceAtOnceAllFindEveryOp) {
+  torch::jit::Module model = testdata::LoadModel("convbn_eval");
+  testdata::Expected expected("convbn_eval");
+  for (int round = 0; round < 20; ++round) {
+    absl::StatusOr<Trace> trace = TraceModule(model, expected.inputs());
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    const std::vector<Op>& ops = trace->ops();
+    ASSERT_GT(ops.size(), 3u);
+    std::atomic<int> wrong{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        while (!go.load()) {
+        }
+        for (size_t k = 0; k < ops.size(); ++k) {
+          const size_t i = (k + static_cast<size_t>(t)) % ops.size();  // different first labels
+          absl::StatusOr<const Op*> found = trace->Find(ops[i].label);
+          if (!found.ok() || *found != &ops[i]) ++wrong;
+        }
+      });
+    }
+    go.store(true);
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(wrong.load(), 0) << "round " << round;
+  }
+}
+
 }  // namespace
 }  // namespace torchlens
