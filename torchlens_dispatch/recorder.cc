@@ -434,6 +434,13 @@ int32_t Recorder::ParamId(const c10::TensorImpl* impl) {
   // See ModelLayout::param_order.
   const std::vector<std::pair<const c10::TensorImpl*, int32_t>>& order = layout_->param_order;
   if (next_param_ < order.size() && order[next_param_].first == impl) {
+    // The parameters expected 16 reads ahead, and their modules (ids follow the order but
+    // for tied parameters): both arrays are cold when a capture starts, and sequential
+    // reads spaced a whole op apart are too sparse for the hardware to see (NOTE [Cold
+    // record memory]; 0.01-0.03 us per op on a 2,000-layer MLP).
+    const size_t ahead = std::min(next_param_ + 16, order.size() - 1);
+    __builtin_prefetch(&order[ahead]);
+    __builtin_prefetch(&layout_->param_modules[ahead]);
     return order[next_param_++].second;
   }
   auto it = layout_->param_ids.find(impl);
