@@ -246,5 +246,61 @@ TEST(NnCaptureTest, OverloadsOfOneOperatorShareTheTypeCount) {
   EXPECT_TRUE(torch::equal(out, torch::tensor({6.0, 3.0})));
 }
 
+// Saved values the model then overwrites in place keep their value from before the write,
+// whether their private copy is streamed (1 MiB and contiguous, aligned or not: NOTE
+// [Streaming copies of saved values]) or cloned (the transposed view).
+struct OverwritesImpl : torch::nn::Module {
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor doubled = x * 2;
+    doubled.relu_();
+    torch::Tensor tripled = x * 3;
+    torch::Tensor shifted = tripled.view({-1}).slice(0, 1);  // one float into the storage
+    tripled.add_(1);
+    torch::Tensor swapped = (x * 5).transpose(1, 2);
+    swapped.mul_(2);
+    return doubled + shifted.sum() + swapped.sum();
+  }
+};
+TORCH_MODULE(Overwrites);
+
+TEST(NnCaptureTest, OverwrittenLargeSavedValuesKeepTheirValueBeforeTheWrite) {
+  torch::manual_seed(0);
+  Overwrites net;
+  const torch::Tensor x = torch::randn({1, 64, 64, 64});  // 1 MiB of floats
+  CaptureGuard guard(*net);
+  const torch::Tensor out = net->forward(x);
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<const Op*> muls, views, slices, transposes;
+  for (const Op& op : trace->ops()) {
+    if (op.type == "mul") muls.push_back(&op);
+    if (op.type == "view") views.push_back(&op);
+    if (op.type == "slice") slices.push_back(&op);
+    if (op.type == "transpose") transposes.push_back(&op);
+  }
+  ASSERT_EQ(muls.size(), 3u);
+  ASSERT_EQ(views.size(), 1u);
+  ASSERT_EQ(slices.size(), 1u);
+  ASSERT_EQ(transposes.size(), 1u);
+  // Eager values from before each write, computed here without capture.
+  EXPECT_TRUE(torch::equal(muls[0]->out, x * 2));
+  EXPECT_TRUE(torch::equal(muls[1]->out, x * 3));
+  EXPECT_TRUE(torch::equal(views[0]->out, (x * 3).view({-1})));
+  EXPECT_TRUE(torch::equal(slices[0]->out, (x * 3).view({-1}).slice(0, 1)));
+  EXPECT_TRUE(torch::equal(muls[2]->out, x * 5));
+  EXPECT_TRUE(torch::equal(transposes[0]->out, (x * 5).transpose(1, 2)));
+  EXPECT_EQ(transposes[0]->out.strides(), (x * 5).transpose(1, 2).strides());
+  // relu_ overwrites one saved value, add_ three (product, view, slice), mul_ two.
+  EXPECT_EQ(trace->capture_stats().copy_on_write_clones, 6);
+  // The model computed what it computes without capture.
+  torch::Tensor doubled = (x * 2).relu_();
+  torch::Tensor tripled = x * 3;
+  torch::Tensor shifted = tripled.view({-1}).slice(0, 1);
+  tripled.add_(1);
+  torch::Tensor swapped = (x * 5).transpose(1, 2);
+  swapped.mul_(2);
+  EXPECT_TRUE(torch::equal(out, doubled + shifted.sum() + swapped.sum()));
+}
+
 }  // namespace
 }  // namespace torchlens

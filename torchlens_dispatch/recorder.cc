@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/ivalue_tensors.h"
 #include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/saved_copy.h"
 #include "torchlens_dispatch/testing.h"
 
 namespace torchlens {
@@ -616,7 +617,7 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind) {
   for (int32_t slot : storage.saved_slots) {
     at::Tensor& saved = record_.slots[slot];
     storage.written.push_back(saved);  // the live tensor, for UpdateAliasesOfWrite
-    saved = saved.clone();
+    saved = CopyOfSaved(saved);
   }
   record_.stats.copy_on_write_clones += static_cast<int64_t>(storage.saved_slots.size());
   storage.saved_slots.clear();
