@@ -143,7 +143,6 @@ double Median(std::vector<double> values) {
   return values.empty() ? 0.0 : values[values.size() / 2];
 }
 
-// Wall time of one call, in microseconds.
 // NOTE [Each run pays for its own frees]
 // glibc keeps freed small blocks in its fast bins and merges them into free space only
 // when some later allocation of a large block asks for it (malloc_consolidate), whichever
@@ -160,6 +159,8 @@ void ConsolidateFrees() {
   std::free(block);
 }
 
+// Wall time of one call, in microseconds, including the merging of what it freed unless
+// `consolidate_frees` is false.
 double MicrosOf(const std::function<void()>& run, bool consolidate_frees = true) {
   const auto start = Clock::now();
   run();
