@@ -74,6 +74,7 @@ Trace BuildTrace(CaptureRecord record) {
   int steps = 0;
   int inputs = 0;
   int outputs = 0;
+  int constants = 0;
 
   auto fill_outputs = [&](const NodeRecord& node, Op& op) {
     for (int32_t i = node.outputs_begin; i < node.outputs_end; ++i) {
@@ -106,6 +107,11 @@ Trace BuildTrace(CaptureRecord record) {
       case NodeRecord::Kind::kOutput:
         op.type = "output";
         op.label = absl::StrCat("output_", ++outputs);
+        break;
+      case NodeRecord::Kind::kConstant:
+        op.type = "constant";
+        op.label = absl::StrCat("constant_", ++constants);
+        if (node.constant_address >= 0) op.address = record.constant_addresses[node.constant_address];
         break;
       case NodeRecord::Kind::kBufferVersion: {
         const BufferRecord& buffer = record.buffers[node.buffer];
@@ -145,11 +151,10 @@ Trace BuildTrace(CaptureRecord record) {
     fill_outputs(node, op);
 
     // Edges and saved arguments. Argument sources are replay data: kept with saved values
-    // only. An output node's one source tells validation whether it is its parent's output
-    // or a base the parent wrote through a view (output -1).
-    const bool keep_sources = (node.kind == NodeRecord::Kind::kOp ||
-                               node.kind == NodeRecord::Kind::kOutput) &&
-                              record.saved_values;
+    // only. The one source of an output or a written buffer version says which output of
+    // its parent it is (negative: an alias write, NOTE [Writes through views]).
+    const bool keep_sources = node.kind != NodeRecord::Kind::kInput &&
+                              node.kind != NodeRecord::Kind::kConstant && record.saved_values;
     if (keep_sources) op.arg_sources.reserve(node.sources_end - node.sources_begin);
     parent_indices.clear();
     int num_params = 0;
@@ -165,6 +170,16 @@ Trace BuildTrace(CaptureRecord record) {
         continue;
       }
       parent_indices.push_back(source.index);
+    }
+    // The earlier values of the tensors it changed through aliases come after the
+    // arguments: the changed tensors' new values depend on them.
+    for (int32_t w = node.alias_writes_begin; w < node.alias_writes_end; ++w) {
+      const int32_t before = record.alias_writes[w].before.index;
+      if (before >= 0 && before < static_cast<int32_t>(n) &&
+          std::find(parent_indices.begin(), parent_indices.end(), before) ==
+              parent_indices.end()) {
+        parent_indices.push_back(before);
+      }
     }
     op.parents.reserve(parent_indices.size());
     for (int32_t parent : parent_indices) {
@@ -201,7 +216,21 @@ Trace BuildTrace(CaptureRecord record) {
           break;
       }
     }
-    if (node.kind != NodeRecord::Kind::kOp || !record.saved_values) continue;
+    if (node.kind != NodeRecord::Kind::kOp) continue;
+    op.alias_writes.reserve(node.alias_writes_end - node.alias_writes_begin);
+    for (int32_t w = node.alias_writes_begin; w < node.alias_writes_end; ++w) {
+      const AliasWriteRecord& write = record.alias_writes[w];
+      AliasWrite& alias = op.alias_writes.emplace_back();
+      if (write.before.index >= 0 && write.before.index < static_cast<int32_t>(n)) {
+        alias.before = ArgSource{ArgSource::Kind::kNode, ops[write.before.index].label,
+                                 write.before.output_index};
+      }
+      alias.written_tensor = write.written_tensor;
+      alias.aliased = write.aliased;
+      alias.written = write.written;
+      if (write.slot >= 0) alias.value = record.slots[write.slot];
+    }
+    if (!record.saved_values) continue;
     if (node.rng_slot >= 0) op.rng_state = record.slots[node.rng_slot];
     int32_t next_source = node.sources_begin;
     auto saved_argument = [&](const at::Tensor& live) -> at::Tensor {
@@ -226,6 +255,16 @@ Trace BuildTrace(CaptureRecord record) {
   parts.modules = std::move(record.modules);
   parts.params = std::move(record.params);
   parts.diagnostics = std::move(record.diagnostics);
+  for (const auto& [input, writer] : record.written_inputs) {
+    const std::string& input_label = ops[input].label;
+    parts.diagnostics.push_back(TraceDiagnostic{
+        "",
+        absl::StrCat(ops[writer].label, " wrote the caller's input tensor ", input_label,
+                     " in place (directly or through a view): ", input_label,
+                     " holds its value before the write, and the tensor passed in holds the "
+                     "value after it. Clone the input before the forward to keep it"),
+        input_label});
+  }
   parts.has_saved_values = record.saved_values;
   parts.training = record.training;
   parts.stats = record.stats;

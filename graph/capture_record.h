@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/trace.h"
@@ -41,8 +42,17 @@ struct OutputRecord {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
 };
 
+// A tensor an op changed through an alias of what it wrote (see AliasWrite in trace.h).
+struct AliasWriteRecord {
+  SourceRecord before;       // kNode: the changed tensor's value before the write
+  int32_t written_tensor = -1;
+  TensorGeometry aliased;
+  TensorGeometry written;
+  int32_t slot = -1;         // the changed tensor after the write; -1 when not saved
+};
+
 struct NodeRecord {
-  enum class Kind : uint8_t { kInput, kOp, kBufferVersion, kOutput };
+  enum class Kind : uint8_t { kInput, kOp, kBufferVersion, kOutput, kConstant };
   Kind kind = Kind::kOp;
   // kOp: which operator (index into CaptureRecord::operators), its module (index into
   // CaptureRecord::module_addresses) and layer identity (equal ids = the same layer).
@@ -64,6 +74,11 @@ struct NodeRecord {
   std::optional<bool> value_changed;
   // kOp consuming randomness: the generator state before the call (slot), or -1.
   int32_t rng_slot = -1;
+  // kOp: tensors it changed through aliases, [alias_writes_begin, alias_writes_end) in
+  // `alias_writes`.
+  int32_t alias_writes_begin = 0, alias_writes_end = 0;
+  // kConstant: the attribute address (index into CaptureRecord::constant_addresses), or -1.
+  int32_t constant_address = -1;
 };
 
 struct BufferRecord {
@@ -80,6 +95,11 @@ struct CaptureRecord {
   std::vector<OutputRecord> outputs;
   std::vector<int64_t> shapes;    // output shapes, concatenated
   std::vector<at::Tensor> slots;  // saved tensor values
+  std::vector<AliasWriteRecord> alias_writes;
+  std::vector<std::string> constant_addresses;
+  // (input node, op node): the op wrote the caller's input tensor, directly or through a
+  // view (it becomes a trace diagnostic).
+  std::vector<std::pair<int32_t, int32_t>> written_inputs;
 
   std::vector<c10::OperatorName> operators;  // distinct operators, by first use
   int32_t num_layers = 0;  // kOp nodes' layer ids are in [0, num_layers)

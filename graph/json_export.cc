@@ -14,9 +14,21 @@ using Json = nlohmann::ordered_json;
 
 Json Optional(const std::optional<bool>& value) { return value ? Json(*value) : Json(nullptr); }
 
+Json Source(const ArgSource& source) {
+  return {{"kind", std::string(ArgSourceKindName(source.kind))},
+          {"name", source.name},
+          {"output_index", source.output_index}};
+}
+
+Json Geometry(const TensorGeometry& geometry) {
+  return {{"sizes", geometry.sizes},
+          {"strides", geometry.strides},
+          {"storage_offset", geometry.storage_offset}};
+}
+
 }  // namespace
 
-std::string TraceToJson(const Trace& trace) {
+absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& extra) {
   Json root;
   root["schema"] = kJsonSchema;
   root["version"] = kJsonSchemaVersion;
@@ -47,10 +59,13 @@ std::string TraceToJson(const Trace& trace) {
                                     : Json(nullptr);
     node["buffer_value_changed"] = Optional(op.buffer_value_changed);
     Json& sources = node["arg_sources"] = Json::array();
-    for (const ArgSource& source : op.arg_sources) {
-      sources.push_back({{"kind", std::string(ArgSourceKindName(source.kind))},
-                         {"name", source.name},
-                         {"output_index", source.output_index}});
+    for (const ArgSource& source : op.arg_sources) sources.push_back(Source(source));
+    Json& writes = node["alias_writes"] = Json::array();
+    for (const AliasWrite& write : op.alias_writes) {
+      writes.push_back({{"before", Source(write.before)},
+                        {"written_tensor", write.written_tensor},
+                        {"aliased", Geometry(write.aliased)},
+                        {"written", Geometry(write.written)}});
     }
     ops.push_back(std::move(node));
   }
@@ -82,7 +97,9 @@ std::string TraceToJson(const Trace& trace) {
   }
   Json& diagnostics = root["diagnostics"] = Json::array();
   for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {
-    diagnostics.push_back({{"address", diagnostic.address}, {"message", diagnostic.message}});
+    diagnostics.push_back({{"address", diagnostic.address},
+                           {"message", diagnostic.message},
+                           {"label", diagnostic.label}});
   }
   const CaptureStats& stats = trace.capture_stats();
   root["capture_stats"] = {{"user_ops", stats.user_ops},
@@ -91,16 +108,26 @@ std::string TraceToJson(const Trace& trace) {
                            {"copy_on_write_clones", stats.copy_on_write_clones},
                            {"marked_sites", stats.marked_sites},
                            {"interpreter_sites", stats.interpreter_sites}};
+  for (const auto& [name, document] : extra) {
+    Json member = Json::parse(document, nullptr, /*allow_exceptions=*/false);
+    if (member.is_discarded()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("JSON member \"", name, "\" is not a valid JSON document"));
+    }
+    root[name] = std::move(member);
+  }
   return root.dump(2);
 }
 
-absl::Status WriteJson(const Trace& trace, const std::string& path) {
+absl::Status WriteJson(const Trace& trace, const std::string& path, const JsonMembers& extra) {
+  absl::StatusOr<std::string> json = TraceToJson(trace, extra);
+  if (!json.ok()) return json.status();
   std::ofstream out(path);
   if (!out.good()) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot write JSON to '", path, "': ", std::strerror(errno)));
   }
-  out << TraceToJson(trace) << "\n";
+  out << *json << "\n";
   out.close();
   if (!out.good()) return absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
   return absl::OkStatus();

@@ -11,21 +11,28 @@
 //               "buffer_write_kind": null | "reassign" | "inplace" | "fused",
 //               "buffer_value_changed": null | bool,
 //               "arg_sources": [ {"kind": "node"|"param"|"constant"|"none", "name",
-//                                 "output_index"} ]} ],
+//                                 "output_index"} ],
+//               "alias_writes": [ {"before": {"kind", "name", "output_index"},
+//                                  "written_tensor", "aliased": {"sizes", "strides",
+//                                  "storage_offset"}, "written": {...}} ]} ],
 //     "buffers": [ {"address", "module_address", "versions": [label], "num_overwrites",
 //                   "shape": [int], "dtype"} ],
 //     "modules": [ {"address", "type_name", "buffers": [address], "params": [address]} ],
 //     "params": [ {"address", "shape": [int], "module_address"} ],
-//     "diagnostics": [ {"address", "message"} ],
-//     "capture_stats": {"user_ops", "nested_ops", ...}
+//     "diagnostics": [ {"address", "message", "label"} ],
+//     "capture_stats": {"user_ops", "nested_ops", ...},
+//     ...extra members given by the caller (the command-line tool adds "validation")
 //   }
 // Ops appear in execution order; buffers, modules and params sorted by address.
 #ifndef TORCHLENS_GRAPH_JSON_EXPORT_H_
 #define TORCHLENS_GRAPH_JSON_EXPORT_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "graph/trace.h"
 
 namespace torchlens {
@@ -33,11 +40,14 @@ namespace torchlens {
 inline constexpr char kJsonSchema[] = "torchlens.trace.json";
 inline constexpr int kJsonSchemaVersion = 1;
 
-// Indented JSON text.
-std::string TraceToJson(const Trace& trace);
+// Extra top-level members: each a name and a JSON document.
+using JsonMembers = std::vector<std::pair<std::string, std::string>>;
 
-// Writes TraceToJson(trace) to `path`.
-absl::Status WriteJson(const Trace& trace, const std::string& path);
+// Indented JSON text. kInvalidArgument when an extra member is not valid JSON.
+absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& extra = {});
+
+// Writes TraceToJson(trace, extra) to `path`.
+absl::Status WriteJson(const Trace& trace, const std::string& path, const JsonMembers& extra = {});
 
 }  // namespace torchlens
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include <mutex>
+#include "graph/dead_nodes.h"
 #include "graph/summary.h"
 
 namespace torchlens {
@@ -70,7 +71,14 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
   const std::vector<Op>& ops = trace.ops();
   absl::flat_hash_map<absl::string_view, size_t> index_of;
   for (size_t i = 0; i < ops.size(); ++i) index_of.emplace(ops[i].label, i);
-  auto shown = [&](const Op& op) { return BufferShown(op, options.show_buffers); };
+  std::vector<bool> dead(ops.size(), false);
+  for (int index : DeadNodes(trace)) dead[index] = true;
+  // A dead node's readers are dead too, so hiding dead nodes never hides a parent of a
+  // node that is drawn.
+  auto shown = [&](const Op& op) {
+    return BufferShown(op, options.show_buffers) &&
+           (options.show_dead || !dead[static_cast<size_t>(&op - ops.data())]);
+  };
 
   std::map<std::string, Cluster> clusters;  // "" is the top level
   clusters[""];
@@ -113,10 +121,16 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
         }
         absl::StrAppend(&text, "\nparams: ", absl::StrJoin(params, ", "));
       }
+      if (op.is_constant() && !op.address.empty()) absl::StrAppend(&text, "\n", op.address);
       if (op.is_input()) {
         attributes = {"shape=oval", "style=filled", "fillcolor=\"#c8f0c8\""};
       } else if (op.is_output()) {
         attributes = {"shape=oval", "style=filled", "fillcolor=\"#f5c8c8\""};
+      } else if (op.is_constant()) {
+        attributes = {"shape=note", "style=filled", "fillcolor=\"#e0e0e0\""};
+      } else if (dead[i]) {
+        attributes = {"shape=box", "style=\"rounded,dotted\"", "fontcolor=gray40",
+                      "tooltip=\"dead: nothing the forward produced depends on it\""};
       } else {
         attributes = {"shape=box", "style=\"rounded,filled\"", "fillcolor=white"};
       }

@@ -10,7 +10,10 @@
 // (`running_mean`, `running_var`, `num_batches_tracked`), `kAlways` shows every buffer,
 // `kNever` hides all. An op that reads hidden buffer versions gets `peripheries=2` and a
 // tooltip "Hidden buffers: ..."; a hidden version written by one op and read by another
-// becomes a dashed edge between them, so the data flow stays visible.
+// becomes a dashed edge between them, so the data flow stays visible. Constants (tensor
+// attributes and other tensors from outside the capture, graph/trace.h) are grey notes.
+// Dead computation (graph/dead_nodes.h) is drawn dotted, or not at all with
+// `show_dead = false`.
 #ifndef TORCHLENS_GRAPH_RENDER_H_
 #define TORCHLENS_GRAPH_RENDER_H_
 
@@ -25,6 +28,7 @@ enum class ShowBuffers { kNever, kMeaningful, kAlways };
 
 struct RenderOptions {
   ShowBuffers show_buffers = ShowBuffers::kMeaningful;
+  bool show_dead = true;  // draw nodes nothing the forward produced depends on
 };
 
 std::string RenderDot(const Trace& trace, RenderOptions options = {});

@@ -55,6 +55,16 @@ absl::string_view ArgSourceKindName(ArgSource::Kind kind) {
   return "none";
 }
 
+const at::Tensor& OutputValue(const Op& op, int output_index) {
+  static const at::Tensor* const kUndefined = new at::Tensor();
+  if (output_index < 0) {
+    const size_t k = static_cast<size_t>(-(output_index + 1));
+    return k < op.alias_writes.size() ? op.alias_writes[k].value : *kUndefined;
+  }
+  if (op.outs.empty()) return output_index == 0 ? op.out : *kUndefined;
+  return static_cast<size_t>(output_index) < op.outs.size() ? op.outs[output_index] : *kUndefined;
+}
+
 absl::StatusOr<at::Tensor> Buffer::value_at(int n) const {
   const int count = static_cast<int>(versions.size());
   if (n < 1 || n > count) {
@@ -141,6 +151,21 @@ Trace Trace::Assemble(TraceParts parts) {
   return trace;
 }
 
+TraceParts Trace::Parts() const {
+  TraceParts parts;
+  parts.ops = ops_;
+  parts.buffers = buffers_;
+  for (auto& [address, buffer] : parts.buffers) buffer.versions.clear();  // into this trace
+  parts.modules = modules_;
+  parts.params = params_;
+  parts.diagnostics = diagnostics_;
+  parts.has_saved_values = has_saved_values_;
+  parts.training = training_;
+  parts.stats = stats_;
+  parts.children_linked = true;
+  return parts;
+}
+
 // NOTE [Lazy label index]
 const absl::flat_hash_map<absl::string_view, int>& Trace::by_label() const {
   static const auto* const kNone = new absl::flat_hash_map<absl::string_view, int>();
@@ -176,11 +201,8 @@ void Trace::LinkBuffers() {
   for (auto& [address, buffer] : buffers_) {
     std::stable_sort(buffer.versions.begin(), buffer.versions.end(),
                      [](const Op* a, const Op* b) { return a->buffer_pass < b->buffer_pass; });
-    // A read version holds the initial value (an intervention may have edited it).
-    if (!buffer.versions.empty() && !buffer.versions.front()->buffer_write_kind.has_value() &&
-        buffer.versions.front()->out.defined()) {
-      buffer.initial_value = buffer.versions.front()->out;
-    }
+    // `initial_value` stays the independent copy the capture took: validation compares the
+    // read version with it (NOTE [Independent initial values]).
     if (buffer.versions.empty()) {
       buffer.final_value = buffer.initial_value;
     } else if (buffer.versions.back()->out.defined()) {

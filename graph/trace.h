@@ -23,9 +23,10 @@
 //   for (const torchlens::Op& op : trace->ops()) {
 //     std::cout << op.label << " " << op.type << " " << op.module_address << "\n";
 //   }
-//   ASSIGN_OR_RETURN(const torchlens::Op* relu, trace->Find("relu_1_2"));
+//   absl::StatusOr<const torchlens::Op*> relu = trace->Find("relu_1_2");
+//   if (!relu.ok()) return relu.status();
 //   const torchlens::Buffer& rm = trace->buffers().at("bn.running_mean");
-//   ASSIGN_OR_RETURN(at::Tensor after_first_write, rm.value_after(1));
+//   absl::StatusOr<at::Tensor> after_first_write = rm.value_after(1);
 //
 // A `Trace` owns its tensors. Pointers it hands out (`Find`, `Buffer::versions`) stay valid
 // while that `Trace` object lives, including after it is moved from one variable to another.
@@ -76,6 +77,27 @@ struct ArgSource {
 
 absl::string_view ArgSourceKindName(ArgSource::Kind kind);  // "node", "param", ...
 
+// Where a tensor lies in its storage, in elements.
+struct TensorGeometry {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t storage_offset = 0;
+};
+
+// A tensor that an op changed by writing another tensor on the same storage: the base of
+// a view the op wrote (`x[0].add_(1)` changes `x`), a view whose base it wrote, or a
+// registered buffer written through a slice or a permuted view. Readers of the changed
+// tensor after the op name it as output -(k + 1) of the op, k its position in
+// `Op::alias_writes` (see `OutputValue`). NOTE [Writes through aliases] in
+// validation/replay.h says how replay recomputes it.
+struct AliasWrite {
+  ArgSource before;        // where the changed tensor's value before the write came from
+  int written_tensor = 0;  // the tensor argument written (ForEachTensor order); -1: unknown
+  TensorGeometry aliased;  // the changed tensor,
+  TensorGeometry written;  // and the argument written, in their shared storage
+  at::Tensor value;        // the changed tensor after the write (undefined when not saved)
+};
+
 // One graph node. Buffer versions, inputs and outputs are plain `Op`s too.
 struct Op {
   std::string label;      // unique, pass-qualified: "conv2d_1_1:1", "buffer_2:3", "input_1"
@@ -114,11 +136,21 @@ struct Op {
   // For an op that consumes randomness (dropout, rand*, ...): the CPU generator's state
   // just before it ran, so that replay draws the same numbers. Saved values only.
   at::Tensor rng_state;
+  // Tensors this op changed through an alias of what it wrote (see AliasWrite).
+  std::vector<AliasWrite> alias_writes;
 
   bool is_input() const { return type == "input"; }
   bool is_output() const { return type == "output"; }
-  bool is_compute() const { return !is_buffer && !is_input() && !is_output(); }
+  // A tensor from outside the capture that is not a model input: a plain tensor attribute
+  // (its `address` names it), a TorchScript constant, or a parameter returned as an output.
+  bool is_constant() const { return type == "constant"; }
+  bool is_compute() const { return !is_buffer && !is_input() && !is_output() && !is_constant(); }
 };
+
+// The value a reader of output `output_index` of `op` sees: `op.outs[k]` for k >= 0 (or
+// `op.out` when `outs` is empty), `op.alias_writes[k].value` for -(k + 1). Undefined when
+// out of range or not saved.
+const at::Tensor& OutputValue(const Op& op, int output_index);
 
 // Address-level state of one registered buffer: a projection over its version nodes.
 struct Buffer {
@@ -150,8 +182,9 @@ struct Param {
 
 // Something the capture could not prove and reports instead of guessing.
 struct TraceDiagnostic {
-  std::string address;  // the buffer concerned
+  std::string address;  // the buffer concerned; empty when it is about a node
   std::string message;
+  std::string label;  // the node concerned (an input written in place); may be empty
 };
 
 // Counters of what the capture did, for tests and the benchmark.
@@ -217,6 +250,9 @@ class Trace {
   // Assembles a trace from its parts (used by the trace builder, the trace-file loader and
   // intervention forks). Computes children, buffer projections and lookup indexes.
   static Trace Assemble(TraceParts parts);
+  // The parts of this trace, for building a fork with Assemble: ops and buffers are copies
+  // whose tensors are shared, module and parameter metadata is shared.
+  TraceParts Parts() const;
   // Mutable access for forks (validation/intervene.cc) that replace saved values before
   // re-linking; `Relink` recomputes the buffer projections afterwards.
   std::vector<Op>& mutable_ops() { return ops_; }

@@ -78,6 +78,19 @@ bool Picklable(const c10::IValue& value) {
   return false;
 }
 
+c10::IValue SourceToIValue(const ArgSource& source) {
+  return c10::ivalue::Tuple::create({std::string(ArgSourceKindName(source.kind)), source.name,
+                                     static_cast<int64_t>(source.output_index)});
+}
+
+c10::IValue GeometryToIValue(const TensorGeometry& geometry) {
+  Dict d = NewDict();
+  d.insert("sizes", Ints(geometry.sizes));
+  d.insert("strides", Ints(geometry.strides));
+  d.insert("storage_offset", geometry.storage_offset);
+  return d;
+}
+
 c10::IValue OpToIValue(const Op& op) {
   Dict d = NewDict();
   d.insert("label", op.label);
@@ -114,13 +127,20 @@ c10::IValue OpToIValue(const Op& op) {
   d.insert("creation_args", args);
   d.insert("creation_args_complete", complete);
   List sources = NewList();
-  for (const ArgSource& source : op.arg_sources) {
-    sources.push_back(
-        c10::ivalue::Tuple::create({std::string(ArgSourceKindName(source.kind)), source.name,
-                                    static_cast<int64_t>(source.output_index)}));
-  }
+  for (const ArgSource& source : op.arg_sources) sources.push_back(SourceToIValue(source));
   d.insert("arg_sources", sources);
   d.insert("rng_state", TensorOrNone(op.rng_state));
+  List alias_writes = NewList();
+  for (const AliasWrite& write : op.alias_writes) {
+    Dict w = NewDict();
+    w.insert("before", SourceToIValue(write.before));
+    w.insert("written_tensor", static_cast<int64_t>(write.written_tensor));
+    w.insert("aliased", GeometryToIValue(write.aliased));
+    w.insert("written", GeometryToIValue(write.written));
+    w.insert("value", TensorOrNone(write.value));
+    alias_writes.push_back(w);
+  }
+  d.insert("alias_writes", alias_writes);
   return d;
 }
 
@@ -189,6 +209,34 @@ class Reader {
   std::string where_;
 };
 
+ArgSource SourceFromIValue(const c10::IValue& source, size_t index) {
+  if (!source.isTuple() || source.toTupleRef().elements().size() != 3) {
+    throw Reader::Malformed{absl::StrCat("ops[", index, "] has a malformed arg source")};
+  }
+  const auto& e = source.toTupleRef().elements();
+  if (!e[0].isString() || !e[1].isString() || !e[2].isInt()) {
+    throw Reader::Malformed{absl::StrCat("ops[", index, "] has a malformed arg source")};
+  }
+  ArgSource arg;
+  const std::string& kind_name = e[0].toStringRef();
+  for (ArgSource::Kind k : {ArgSource::Kind::kNode, ArgSource::Kind::kParam,
+                            ArgSource::Kind::kConstant, ArgSource::Kind::kNone}) {
+    if (kind_name == ArgSourceKindName(k)) arg.kind = k;
+  }
+  arg.name = e[1].toStringRef();
+  arg.output_index = static_cast<int>(e[2].toInt());
+  return arg;
+}
+
+TensorGeometry GeometryFromIValue(Reader& r, const c10::IValue& value) {
+  const Dict d = r.DictAt(value);
+  TensorGeometry geometry;
+  geometry.sizes = r.Ints(d, "sizes");
+  geometry.strides = r.Ints(d, "strides");
+  geometry.storage_offset = r.Int(d, "storage_offset");
+  return geometry;
+}
+
 Op OpFromIValue(const c10::IValue& value, size_t index) {
   Reader r(absl::StrCat("ops[", index, "]"));
   const Dict d = r.DictAt(value);
@@ -233,24 +281,22 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
     for (const c10::IValue& arg : r.ListOf(d, "creation_args")) op.creation_args.push_back(arg);
   }
   for (const c10::IValue& source : r.ListOf(d, "arg_sources")) {
-    if (!source.isTuple() || source.toTupleRef().elements().size() != 3) {
-      throw Reader::Malformed{absl::StrCat("ops[", index, "] has a malformed arg source")};
-    }
-    const auto& e = source.toTupleRef().elements();
-    if (!e[0].isString() || !e[1].isString() || !e[2].isInt()) {
-      throw Reader::Malformed{absl::StrCat("ops[", index, "] has a malformed arg source")};
-    }
-    ArgSource arg;
-    const std::string& kind_name = e[0].toStringRef();
-    for (ArgSource::Kind k : {ArgSource::Kind::kNode, ArgSource::Kind::kParam,
-                              ArgSource::Kind::kConstant, ArgSource::Kind::kNone}) {
-      if (kind_name == ArgSourceKindName(k)) arg.kind = k;
-    }
-    arg.name = e[1].toStringRef();
-    arg.output_index = static_cast<int>(e[2].toInt());
-    op.arg_sources.push_back(std::move(arg));
+    op.arg_sources.push_back(SourceFromIValue(source, index));
   }
   op.rng_state = r.Tensor(d, "rng_state");
+  if (d.contains("alias_writes")) {  // version 2
+    for (const c10::IValue& value : r.ListOf(d, "alias_writes")) {
+      Reader w(absl::StrCat("ops[", index, "] alias write"));
+      const Dict write = w.DictAt(value);
+      AliasWrite alias;
+      alias.before = SourceFromIValue(w.Field(write, "before"), index);
+      alias.written_tensor = static_cast<int>(w.Int(write, "written_tensor"));
+      alias.aliased = GeometryFromIValue(w, w.Field(write, "aliased"));
+      alias.written = GeometryFromIValue(w, w.Field(write, "written"));
+      alias.value = w.Tensor(write, "value");
+      op.alias_writes.push_back(std::move(alias));
+    }
+  }
   return op;
 }
 
@@ -299,6 +345,7 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
     Dict d = NewDict();
     d.insert("address", diagnostic.address);
     d.insert("message", diagnostic.message);
+    d.insert("label", diagnostic.label);
     diagnostics.push_back(d);
   }
   root.insert("diagnostics", diagnostics);
@@ -377,9 +424,10 @@ absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
           absl::StrCat("not a torchlens trace file (format \"", r.String(root, "format"), "\")"));
     }
     const int64_t version = r.Int(root, "version");
-    if (version != kTraceFileVersion) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "trace file version ", version, "; this torchlens reads version ", kTraceFileVersion));
+    if (version < 1 || version > kTraceFileVersion) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("trace file version ", version, "; this torchlens reads versions 1 to ",
+                       kTraceFileVersion, " (write it again with this torchlens)"));
     }
     TraceParts parts;
     parts.training = r.Bool(root, "training");
@@ -416,7 +464,9 @@ absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
     for (const c10::IValue& v : r.ListOf(root, "diagnostics")) {
       Reader g("a diagnostic");
       const Dict d = g.DictAt(v);
-      parts.diagnostics.push_back(TraceDiagnostic{g.String(d, "address"), g.String(d, "message")});
+      parts.diagnostics.push_back(TraceDiagnostic{g.String(d, "address"), g.String(d, "message"),
+                                                  d.contains("label") ? g.String(d, "label")
+                                                                      : std::string()});
     }
     Reader s("capture_stats");
     const Dict stats = s.DictAt(r.Field(root, "capture_stats"));

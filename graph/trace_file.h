@@ -12,7 +12,9 @@
 // fields of `Op` under the same names (tensors as tensors, `None` when absent); each buffer
 // has "address", "module_address", "initial_value" and "final_value". Tensors shared by
 // several ops are stored once. LoadTrace gives back an equal `Trace`: same labels, edges,
-// buffer entities, and bit-identical tensors.
+// buffer entities, and bit-identical tensors. Version 2 added each op's "alias_writes"
+// (dicts of "before", "written_tensor", "aliased" and "written" geometries, "value") and
+// each diagnostic's "label"; version 1 files, which have neither, still load.
 #ifndef TORCHLENS_GRAPH_TRACE_FILE_H_
 #define TORCHLENS_GRAPH_TRACE_FILE_H_
 
@@ -26,7 +28,7 @@
 namespace torchlens {
 
 inline constexpr char kTraceFileFormat[] = "torchlens.trace";
-inline constexpr int kTraceFileVersion = 1;
+inline constexpr int kTraceFileVersion = 2;
 
 absl::Status SaveTrace(const Trace& trace, const std::string& path);
 

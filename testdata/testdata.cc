@@ -51,5 +51,17 @@ at::Tensor Expected::initial_buffer(const std::string& address) const {
   return Get(absl::StrCat("initial__", absl::StrReplaceAll(address, {{".", "__"}})));
 }
 
+bool Expected::has_edit(int k) const { return values_.hasattr(absl::StrCat("edit_", k, "_value")); }
+
+at::Tensor Expected::edit_value(int k) const { return Get(absl::StrCat("edit_", k, "_value")); }
+
+at::Tensor Expected::edit_output(int k, int i) const {
+  return Get(absl::StrCat("edit_", k, "_output_", i));
+}
+
+at::Tensor Expected::edit_buffer(int k, const std::string& address) const {
+  return Get(absl::StrCat("edit_", k, "_buffer__", absl::StrReplaceAll(address, {{".", "__"}})));
+}
+
 }  // namespace testdata
 }  // namespace torchlens

@@ -34,6 +34,12 @@ class Expected {
   // A buffer's value after (buffer) or before (initial_buffer) eager PyTorch's forward.
   at::Tensor buffer(const std::string& address) const;
   at::Tensor initial_buffer(const std::string& address) const;
+  // The intervention number `k` of gen_testdata.py's edits(), as eager PyTorch ran it: its
+  // value, and the outputs and final buffers of the edited forward.
+  bool has_edit(int k) const;
+  at::Tensor edit_value(int k) const;
+  at::Tensor edit_output(int k, int i) const;
+  at::Tensor edit_buffer(int k, const std::string& address) const;
 
  private:
   at::Tensor Get(const std::string& key) const;

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 def main(trace_path, json_path, svg_path):
     trace = torch.load(trace_path)
     assert trace["format"] == "torchlens.trace", trace["format"]
-    assert trace["version"] == 1
+    assert trace["version"] == 2
     assert trace["training"] is True
     ops = {op["label"]: op for op in trace["ops"]}
     labels = [op["label"] for op in trace["ops"]]

@@ -391,6 +391,265 @@ class Demo(nn.Module):
         return F.log_softmax(self.head(x), dim=1)
 
 
+
+# ---------------------------------------------------------------------------------------
+# Issue 16 (verdicts), 22 (writes through views) and 17 (perturbation that proves): each
+# a correct forward pass that must validate, and whose interventions must equal eager
+# PyTorch's recomputation of the edited model (see EDITS below).
+
+class DataCopy(nn.Module):
+    """`buf.data.copy_(x)`: prim::data is not dispatched; the write is b's next version."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.zeros(3))
+
+    def forward(self, x):
+        self.b.data.copy_(x * 2.0)
+        return self.b + 1.0
+
+
+class SharedStorage(nn.Module):
+    """Two registered buffers on one storage: c is a view of b's first two elements."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.arange(4.0))
+        self.register_buffer("c", self.b[:2])
+
+    def forward(self, x):
+        self.c.add_(x)
+        return self.b * 2.0, self.c + 1.0
+
+
+class TransposedWrite(nn.Module):
+    """A write covering the whole buffer through a permuted view."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.zeros(2, 2))
+
+    def forward(self, x):
+        self.b.t().copy_(x)
+        return self.b * 1.0
+
+
+class DoubleReassign(nn.Module):
+    """Two reassignments of one buffer with no op between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("h", torch.zeros(2))
+
+    def forward(self, x):
+        a = x + 1.0
+        b = x * 3.0
+        self.h = a
+        self.h = b
+        return self.h - 1.0
+
+
+class PlainAttribute(nn.Module):
+    """A tensor attribute that is not a registered buffer, used and returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.tensor([2.0, -1.0, 0.5])
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x) * self.scale, self.scale
+
+
+class ReturnParam(nn.Module):
+    """Returns a parameter as an output beside a computed value."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc(x), self.fc.bias
+
+
+class SetStorage(nn.Module):
+    """`self.b.set_(t)`: a dispatched in-place op that swaps the buffer's storage."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.zeros(3))
+
+    def forward(self, x):
+        self.b.set_(x * 2.0)
+        self.b.add_(1.0)
+        return self.b * 3.0
+
+
+class BnMomentumZero(nn.Module):
+    """momentum=0 in training: the running statistics never change value."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3, momentum=0.0)
+
+    def forward(self, x):
+        y = self.bn(x)
+        # A second call reads the version the first call wrote.
+        return self.bn(y * 2.0)
+
+
+class BnCumulative(nn.Module):
+    """momentum=None: a cumulative average weighted by 1 / num_batches_tracked."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3, momentum=None)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+class NanBuffer(nn.Module):
+    """A buffer holding NaN, written in place (NaN survives the write)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.tensor([float("nan"), 1.0, -0.0]))
+
+    def forward(self, x):
+        self.b.mul_(x)
+        return self.b + 0.0
+
+
+class TwoHeads(nn.Module):
+    def forward(self, y):
+        return torch.relu(y), torch.sigmoid(y) * 2.0
+
+
+class DeadBranch(nn.Module):
+    """Computes a value and discards it: torchvision's RPN returns its kept proposals'
+    scores, which the caller drops (TorchScript keeps code across a call boundary)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.heads = TwoHeads()
+
+    def forward(self, x):
+        kept, unused = self.heads(self.fc(x))
+        return kept
+
+
+class ViewWrite(nn.Module):
+    """The issue's example: a write through a view of an activation, then the base read."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        x = self.lin(x)
+        y = x.unsqueeze(0)
+        y.fill_(0.5)
+        return x * 2.0
+
+
+class ViewWritePartial(nn.Module):
+    """Several writes through different views of one base, each covering part of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        h[0].add_(1.0)
+        h[:, 1].mul_(2.0)
+        h.transpose(0, 1)[2].sub_(0.5)
+        return h * 1.5
+
+
+class ViewBeforeWrite(nn.Module):
+    """A view taken before the base is written in place, read after the write."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        row = h[1]
+        h.mul_(2.0)
+        return row + 1.0, h
+
+
+class InputViewWrite(nn.Module):
+    """Writes the user's input tensor through a view of it."""
+
+    def forward(self, x):
+        x[0].zero_()
+        return x * 2.0
+
+
+class ViewOfViewWrite(nn.Module):
+    """A write through a view of a view; the base is returned as well."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.lin(x)
+        v = h.view(3, 4)[1:]
+        v[:, 2:].add_(10.0)
+        return h - 1.0, h
+
+
+class MaskedNan(nn.Module):
+    """alpha.masked_fill(isnan(alpha), 0) where alpha holds no NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        alpha = torch.softmax(self.fc(x), dim=-1)
+        return alpha.masked_fill(torch.isnan(alpha), 0.0)
+
+
+class TopkAny(nn.Module):
+    """(topk_idx == i).any(dim=-1): a predicate over indices."""
+
+    def forward(self, x):
+        idx = x.topk(2, dim=-1).indices
+        hit = (idx == 1).any(dim=-1)
+        return x.sum(-1) * hit.float()
+
+
+class LogNan(nn.Module):
+    """log of negative numbers: NaN values flow through the rest of the forward."""
+
+    def forward(self, x):
+        y = torch.log(x)
+        return y * 2.0 + 1.0
+
+
+class PositiveCount(nn.Module):
+    """int((x > 0).sum()) with exactly half the values positive."""
+
+    def forward(self, x):
+        n = int((x > 0).sum())
+        return x * float(n)
+
+
+class ThresholdGuard(nn.Module):
+    """Guards that never fire on these inputs: a sum checked against 1e9, |x| > 100."""
+
+    def forward(self, x):
+        if bool(x.sum() > 1e9):
+            x = x * 0.0
+        return torch.where(x.abs() > 100.0, x, torch.zeros_like(x)) + x
+
 # ---------------------------------------------------------------------------------------
 
 def randomize_running_stats(module):
@@ -441,7 +700,77 @@ def models():
         "stochastic_depth_train": (StochasticDepth, [rand(6, 3)], True),
         "modulelist_train": (ModuleListLoop, [rand(2, 2, 3, 3)], True),
         "pad_through_view": (PadThroughView, [rand(2, 3)], False),
+        "data_copy": (DataCopy, [torch.tensor([1.0, -2.0, 3.0])], False),
+        "shared_storage": (SharedStorage, [torch.tensor([10.0, 20.0])], False),
+        "transposed_write": (TransposedWrite, [torch.tensor([[1.0, 2.0], [3.0, 4.0]])], False),
+        "double_reassign": (DoubleReassign, [torch.tensor([1.0, 2.0])], False),
+        "plain_attribute": (PlainAttribute, [rand(2, 3)], False),
+        "return_param": (ReturnParam, [rand(1, 2)], False),
+        "set_storage": (SetStorage, [torch.tensor([1.0, 2.0, 3.0])], False),
+        "bn_momentum0_train": (BnMomentumZero, [rand(4, 3)], True),
+        "bn_cumulative_train": (BnCumulative, [rand(4, 3)], True),
+        "nan_buffer": (NanBuffer, [torch.tensor([2.0, 3.0, 4.0])], False),
+        "dead_branch": (DeadBranch, [rand(2, 3)], False),
+        "view_write": (ViewWrite, [rand(2, 3)], False),
+        "view_write_partial": (ViewWritePartial, [rand(3, 3)], False),
+        "view_before_write": (ViewBeforeWrite, [rand(2, 3)], False),
+        "input_view_write": (InputViewWrite, [rand(2, 3)], False),
+        "view_of_view_write": (ViewOfViewWrite, [rand(2, 6)], False),
+        "masked_nan": (MaskedNan, [rand(2, 4)], False),
+        "topk_any": (TopkAny, [rand(3, 4)], False),
+        "log_nan": (LogNan, [torch.tensor([1.0, -1.0, 2.0, -3.0])], False),
+        "positive_count": (PositiveCount, [torch.tensor([1.0, -2.0, 3.0, -4.0])], False),
+        "threshold_guard": (ThresholdGuard, [rand(2, 3)], False),
     }
+
+
+# Interventions with eager PyTorch's answer: name -> [(kind, target, value)], where kind is
+#   "input":  input number `target` replaced by `value`;
+#   "buffer": the buffer at address `target` starts the forward holding `value`;
+#   "module": the submodule at address `target` returns `value` (a forward hook).
+# The expected file holds, for edit k: edit_K_value, edit_K_output_I, edit_K_buffer__ADDRESS.
+def edits():
+    return {
+        "data_copy": [("input", 0, torch.tensor([5.0, -6.0, 7.0]))],
+        "shared_storage": [("input", 0, torch.tensor([-1.0, 3.0]))],
+        "transposed_write": [("input", 0, torch.tensor([[0.5, -1.0], [2.0, 8.0]]))],
+        "double_reassign": [("input", 0, torch.tensor([-3.0, 0.25]))],
+        "plain_attribute": [("input", 0, torch.ones(2, 3))],
+        "return_param": [("input", 0, torch.full((1, 2), 2.0))],
+        "set_storage": [("input", 0, torch.tensor([-1.0, 0.5, 4.0]))],
+        "bn_momentum0_train": [("input", 0, torch.arange(12.0).reshape(4, 3)),
+                               ("buffer", "bn.running_mean", torch.tensor([1.0, -2.0, 3.0]))],
+        "bn_cumulative_train": [("input", 0, torch.arange(12.0).reshape(4, 3)),
+                                ("buffer", "bn.num_batches_tracked", torch.tensor(4))],
+        "nan_buffer": [("input", 0, torch.tensor([-1.0, 0.5, 2.0]))],
+        "dead_branch": [("input", 0, torch.ones(2, 3))],
+        "view_write": [("input", 0, torch.ones(2, 3)), ("module", "lin", torch.full((2, 3), 3.0))],
+        "view_write_partial": [("input", 0, torch.ones(3, 3)),
+                               ("module", "lin", torch.arange(9.0).reshape(3, 3))],
+        "view_before_write": [("module", "lin", torch.arange(6.0).reshape(2, 3))],
+        "input_view_write": [("input", 0, torch.full((2, 3), -2.0))],
+        "view_of_view_write": [("module", "lin", torch.arange(12.0).reshape(2, 6))],
+        "masked_nan": [("input", 0, torch.ones(2, 4))],
+        "counter_cell": [("buffer", "b", torch.full((4,), 5.0))],
+        "bn2d_train": [("input", 0, torch.arange(24.0).reshape(3, 2, 2, 2))],
+        "slice_copy": [("input", 0, torch.full((2,), 5.0))],
+    }
+
+
+def edited_forward(model, inputs, kind, target, value):
+    model = copy.deepcopy(model)
+    inputs = [x.clone() for x in inputs]
+    if kind == "input":
+        inputs[target] = value.clone()
+    elif kind == "buffer":
+        owner, _, name = target.rpartition(".")
+        module = model.get_submodule(owner) if owner else model
+        setattr(module, name, value.clone())
+    elif kind == "module":
+        model.get_submodule(target).register_forward_hook(lambda m, i, o: value.clone())
+    with torch.no_grad():
+        out = model(*inputs)
+    return out, model
 
 
 class Expected(nn.Module):
@@ -488,6 +817,13 @@ def generate(name, factory, inputs, training):
         values[f"output_{i}"] = y
     for address, buf in eager.named_buffers():
         values[buffer_key("buffer", address)] = buf
+    for k, (kind, target, value) in enumerate(edits().get(name, [])):
+        out, edited = edited_forward(model, inputs, kind, target, value)
+        values[f"edit_{k}_value"] = value
+        for i, y in enumerate(flatten_outputs(out)):
+            values[f"edit_{k}_output_{i}"] = y
+        for address, buf in edited.named_buffers():
+            values[buffer_key(f"edit_{k}_buffer", address)] = buf
     torch.jit.script(Expected(values)).save(os.path.join(OUT, name + ".expected.pt"))
 
 

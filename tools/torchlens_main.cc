@@ -23,6 +23,7 @@
 #include "graph/summary.h"
 #include "graph/trace_file.h"
 #include "tools/cli_flags.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "validation/intervene.h"
@@ -87,35 +88,57 @@ std::string Values(const at::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
 }
 
-// Runs the --edit interventions and describes how the outputs changed.
+std::string Shape(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
+
+// How `after` differs from `before`, or "unchanged" (bitwise, NOTE [Bitwise equality]).
+std::string Change(const at::Tensor& before, const at::Tensor& after) {
+  if (BitIdentical(before, after)) return "unchanged";
+  if (!before.defined() || !after.defined()) return "changed (no saved value)";
+  if (before.sizes() != after.sizes() || before.scalar_type() != after.scalar_type()) {
+    return absl::StrCat("changed shape or dtype: ", Shape(before), " ",
+                        c10::toString(before.scalar_type()), " -> ", Shape(after), " ",
+                        c10::toString(after.scalar_type()), " ", Values(after));
+  }
+  const at::Tensor difference = (after.to(at::kDouble) - before.to(at::kDouble)).abs();
+  return absl::StrCat("changed (max abs change ", difference.max().item<double>(), ") ",
+                      Values(before), " -> ", Values(after));
+}
+
+// Runs the --edit interventions (every tensor output of each named node set to the value)
+// and describes what changed: the outputs, the buffer versions, and any gap.
 absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<EditFlag>& flags) {
   std::vector<Edit> edits;
   for (const EditFlag& flag : flags) {
     absl::StatusOr<const Op*> node = trace.Find(flag.label);
     if (!node.ok()) return node.status();
-    if (!(*node)->out.defined()) {
-      return absl::InvalidArgumentError(absl::StrCat("--edit ", flag.label, ": no saved value"));
+    const Op& op = **node;
+    const int outputs = op.outs.empty() ? 1 : static_cast<int>(op.outs.size());
+    for (int k = 0; k < outputs; ++k) {
+      const at::Tensor& value = OutputValue(op, k);
+      if (!value.defined()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--edit ", flag.label, ": output ", k, " has no saved value"));
+      }
+      edits.push_back(Edit{flag.label, at::full_like(value, flag.value), k});
     }
-    edits.push_back(Edit{flag.label, at::full_like((*node)->out, flag.value)});
   }
   absl::StatusOr<DoResult> result = Do(trace, std::move(edits));
   if (!result.ok()) return result.status();
   std::string out =
       absl::StrCat("\nIntervention: ", result->reexecuted.size(), " nodes re-executed\n");
   for (const Diagnostic& warning : result->warnings) {
-    absl::StrAppend(&out, "  warning: ", warning.message, "\n");
+    absl::StrAppend(&out, "  warning (", DiagnosticKindName(warning.kind), " at ", warning.label,
+                    "): ", warning.message, "\n");
   }
   for (const std::string& label : trace.output_labels()) {
-    const at::Tensor before = (*trace.Find(label))->out;
-    const at::Tensor after = (*result->trace.Find(label))->out;
-    if (at::equal(before, after)) {
-      absl::StrAppend(&out, "  ", label, ": unchanged\n");
-    } else {
-      const double change =
-          (after.to(at::kDouble) - before.to(at::kDouble)).abs().max().item<double>();
-      absl::StrAppend(&out, "  ", label, ": changed (max abs change ", change, ") ", Values(before),
-                      " -> ", Values(after), "\n");
-    }
+    absl::StrAppend(&out, "  ", label, ": ",
+                    Change((*trace.Find(label))->out, (*result->trace.Find(label))->out), "\n");
+  }
+  for (const Op* version : trace.buffer_write_ops()) {
+    const at::Tensor& after = (*result->trace.Find(version->label))->out;
+    if (BitIdentical(version->out, after)) continue;
+    absl::StrAppend(&out, "  buffer ", version->address, ":", version->buffer_pass, " (",
+                    version->label, "): ", Change(version->out, after), "\n");
   }
   return out;
 }
@@ -161,14 +184,23 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
 
   std::string summary =
       absl::StrCat("torchlens trace of ", model_path, "\n\n", FormatSummary(*trace));
+  JsonMembers json_extra;
   if (options->validate) {
     absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
     if (!report.ok()) return report.status();
+    json_extra.emplace_back("validation", ValidationReportToJson(*report));
     absl::StrAppend(&summary, "\nValidation: ", report->passed ? "PASSED" : "FAILED", " (",
                     report->ops_checked, " nodes checked, ", report->perturbations_checked,
                     " perturbations, ", report->failures.size(), " failures)\n");
     for (const std::string& line : report->state_transition_only) {
       absl::StrAppend(&summary, "  state transition only: ", line, "\n");
+    }
+    if (!report->dead.empty()) {
+      absl::StrAppend(&summary, "  dead (computed, never used; checked, not failures): ",
+                      absl::StrJoin(report->dead, ", "), "\n");
+    }
+    for (const std::string& line : report->unproved) {
+      absl::StrAppend(&summary, "  unproved edge: ", line, "\n");
     }
     for (const std::string& failure : report->failures) {
       absl::StrAppend(&summary, "  FAIL ", failure, "\n");
@@ -191,7 +223,9 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
     absl::StrAppend(&summary, "\nGraph written to ", options->render_file, "\n");
   }
   if (!options->json_file.empty()) {
-    if (absl::Status s = WriteJson(*trace, UserPath(options->json_file)); !s.ok()) return s;
+    if (absl::Status s = WriteJson(*trace, UserPath(options->json_file), json_extra); !s.ok()) {
+      return s;
+    }
     absl::StrAppend(&summary, "JSON written to ", options->json_file, "\n");
   }
   if (!options->save_file.empty()) {

@@ -134,8 +134,17 @@ TEST(BuffersTest, SliceCopyVersionHoldsTheWholeBuffer) {
   EXPECT_EQ(b.num_overwrites, 1);
   EXPECT_TRUE(Equal(*b.value_after(1), Values({1.0f, 1.0f, 0.0f, 0.0f})));
   EXPECT_THAT(Get(*trace, "slice_1_1:1").parents, ElementsAre("buffer_1:1"));
-  EXPECT_THAT(Get(*trace, "copy__1_2:1").parents, ElementsAre("slice_1_1:1", "input_1"));
+  // The write's earlier state, the buffer's previous version, is a parent too (NOTE
+  // [Writes through views]); the version is the copy's first alias write.
+  EXPECT_THAT(Get(*trace, "copy__1_2:1").parents,
+              ElementsAre("slice_1_1:1", "input_1", "buffer_1:1"));
   EXPECT_THAT(Get(*trace, "b:2").parents, ElementsAre("copy__1_2:1"));
+  EXPECT_EQ(Get(*trace, "b:2").arg_sources[0].output_index, -1);
+  const AliasWrite& write = Get(*trace, "copy__1_2:1").alias_writes.at(0);
+  EXPECT_EQ(write.before.name, "buffer_1:1");
+  EXPECT_EQ(write.written_tensor, 0);
+  EXPECT_THAT(write.written.sizes, ElementsAre(2));
+  EXPECT_THAT(write.aliased.sizes, ElementsAre(4));
   EXPECT_THAT(Get(*trace, "copy__1_2:1").tensor_shape, ElementsAre(2));  // the slice
   EXPECT_THAT(Get(*trace, "b:2").tensor_shape, ElementsAre(4));          // the buffer
 }

@@ -79,6 +79,9 @@ void Walk(const c10::intrusive_ptr<c10::ivalue::Object>& object, const std::stri
       layout->checks.push_back(ModelLayout::SlotCheck{object.get(), slot, &value.toObjectRef()});
       Walk(value.toObject(), Join(address, type->getAttributeName(slot)), layout, modules, assigned,
            scanned);
+    } else if (value.isTensor()) {
+      layout->tensor_attributes.push_back(ModelLayout::AttributeEntry{
+          Join(address, type->getAttributeName(slot)), object.get(), slot});
     }
   }
 }

@@ -81,6 +81,16 @@ struct ModelLayout {
   };
   std::vector<BufferEntry> buffers;
 
+  // TorchScript: tensor attributes that are neither parameters nor buffers (`self.scale =
+  // torch.tensor(...)`), read when a capture starts to name the constants that hold them
+  // (NOTE [Constants] in recorder.h).
+  struct AttributeEntry {
+    std::string address;
+    c10::ivalue::Object* owner = nullptr;  // valid while the model lives
+    size_t slot = 0;
+  };
+  std::vector<AttributeEntry> tensor_attributes;
+
   // Trace metadata, shared by every trace of the model.
   std::shared_ptr<const std::map<std::string, Module>> trace_modules;
   std::shared_ptr<const std::map<std::string, Param>> trace_params;

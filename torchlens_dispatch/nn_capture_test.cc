@@ -211,7 +211,9 @@ TEST(NnCaptureTest, TensorFromOutsideAtAFreedAddressIsAConstant) {
     } else if (!save && kAllocatorReusesAddresses) {
       ASSERT_TRUE(net->reused) << "the allocator did not reuse the address; test is void";
     }
-    EXPECT_THAT(Get(*trace, "add_1_2:1").parents, ElementsAre("input_1"));
+    // NOTE [Constants]: the tensor from outside has a source node of its own.
+    EXPECT_THAT(Get(*trace, "add_1_2:1").parents, ElementsAre("input_1", "constant_1"));
+    EXPECT_TRUE(Get(*trace, "constant_1").is_constant());
     EXPECT_THAT(Get(*trace, "mul_1_1:1").children, testing::IsEmpty());
   }
 }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/ivalue_tensors.h"
 #include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/saved_copy.h"
 #include "torchlens_dispatch/testing.h"
 
@@ -54,8 +55,19 @@ std::pair<int64_t, int64_t> ByteRange(const at::Tensor& tensor) {
   return {begin, begin + (last + 1) * item};
 }
 
-bool SameValue(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a, b);
+bool Overlap(std::pair<int64_t, int64_t> a, std::pair<int64_t, int64_t> b) {
+  return a.first < b.second && b.first < a.second;
+}
+
+TensorGeometry GeometryOf(const at::Tensor& tensor) {
+  return TensorGeometry{tensor.sizes().vec(), tensor.strides().vec(), tensor.storage_offset()};
+}
+
+// Whether `a` and `b` lie in the same place of the same storage, as the same dtype.
+bool SamePlace(const at::Tensor& a, const at::Tensor& b) {
+  return a.has_storage() && b.has_storage() && a.storage().is_alias_of(b.storage()) &&
+         a.storage_offset() == b.storage_offset() && a.sizes() == b.sizes() &&
+         a.strides() == b.strides() && a.scalar_type() == b.scalar_type();
 }
 
 at::Tensor Snapshot(const at::Tensor& tensor) { return tensor.detach().clone(); }
@@ -107,6 +119,13 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   if (options_.save_activations) record_.slots.reserve(last.slots.load(kRelaxed));
   // Parameters are recognised on first use (AddUnseen), not registered one by one here:
   // see NOTE [Model layouts].
+  for (const ModelLayout::AttributeEntry& attribute : layout_->tensor_attributes) {
+    const c10::IValue& value = attribute.owner->getSlot(attribute.slot);
+    if (!value.isTensor()) continue;
+    attributes_.emplace(value.unsafeToTensorImpl(),
+                        static_cast<int32_t>(record_.constant_addresses.size()));
+    record_.constant_addresses.push_back(attribute.address);
+  }
   buffers_.resize(layout_->buffers.size());
   for (size_t i = 0; i < layout_->buffers.size(); ++i) {
     const ModelLayout::BufferEntry& entry = layout_->buffers[i];
@@ -198,6 +217,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     record_.args.resize(args_mark);
     record_.sources.resize(sources_mark);
     pending_writes_.clear();
+    overwritten_.clear();
     if (failure_.ok()) {
       failure_ = absl::AbortedError(
           absl::StrCat("the forward pass threw while capturing (", op.operator_name().name, ": ",
@@ -239,17 +259,26 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
     node->args_end = static_cast<int32_t>(record_.args.size());
   }
   pending_writes_.clear();
-  for (uint32_t a : info->written_arguments) {
-    ForEachTensor(args[a], [&](const at::Tensor& t) {
-      PrepareWrite(t, WriteKind::kInplace);
-      if (options_.save_activations) prepared.written.push_back(t);
-    });
+  overwritten_.clear();
+  if (!info->written_arguments.empty()) {
+    // Written arguments are named by their tensor index, the position of their source.
+    int32_t tensor_index = 0;
+    size_t next_written = 0;  // written_arguments is in argument order
+    for (uint32_t a = 0; a < args.size(); ++a) {
+      const bool written = next_written < info->written_arguments.size() &&
+                           info->written_arguments[next_written] == a;
+      if (written) ++next_written;
+      ForEachTensor(args[a], [&](const at::Tensor& t) {
+        if (written) PrepareWrite(t, WriteKind::kInplace, tensor_index);
+        ++tensor_index;
+      });
+    }
   }
   const bool fused = info->fused != nullptr && UpdatesState(*info->fused, args);
   if (fused) {
     for (int s = 0; s < info->fused->num_state_arguments; ++s) {
       ForEachTensor(args[info->fused->state_arguments[s]],
-                    [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused); });
+                    [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused, -1); });
     }
   }
   prepared.observe_nested = prepared.touches_buffer || fused;
@@ -303,41 +332,74 @@ void Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::S
   node.layer = LayerOf(node.module, prepared.op_index, site);
   const int32_t index = static_cast<int32_t>(record_.nodes.size());
   node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
+  node.alias_writes_begin = static_cast<int32_t>(record_.alias_writes.size());
   record_.nodes.push_back(node);
+  const c10::ArrayRef<c10::IValue> returns = torch::jit::last(*stack, prepared.num_returns);
   int32_t output_index = 0;
-  for (const c10::IValue& value : torch::jit::last(*stack, prepared.num_returns)) {
+  for (const c10::IValue& value : returns) {
     ForEachTensor(value, [&](const at::Tensor& tensor) {
       RecordOpOutput(index, output_index++, tensor, prepared.touches_buffer);
     });
   }
   record_.nodes[index].outputs_end = static_cast<int32_t>(record_.outputs.size());
-  for (const at::Tensor& written : prepared.written) UpdateAliasesOfWrite(index, written);
-  CommitPendingWrites(index);
+  if (!pending_writes_.empty()) CommitPendingWrites(index, returns);
+  if (!overwritten_.empty()) RecordAliasWrites(index);
+  record_.nodes[index].alias_writes_end = static_cast<int32_t>(record_.alias_writes.size());
 }
 
-void Recorder::UpdateAliasesOfWrite(int32_t writer, const at::Tensor& tensor) {
-  if (!tensor.defined() || !tensor.has_storage()) return;
-  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
-  if (it == storages_.end() || it->second.written.empty()) return;
-  std::vector<at::Tensor> aliases = std::move(it->second.written);
-  it->second.written.clear();
-  for (const at::Tensor& alias : aliases) {
-    if (alias.unsafeGetTensorImpl() == tensor.unsafeGetTensorImpl()) continue;
-    TensorEntry* entry = Lookup(alias.unsafeGetTensorImpl());
-    // Buffers get versions (NOTE [Buffer writes]); the writer's outputs are recorded already.
-    if (entry == nullptr || entry->buffer >= 0 || entry->param >= 0 || entry->node == writer) {
+void Recorder::RecordAliasWrites(int32_t writer) {
+  // NOTE [Writes through views]
+  for (OverwrittenValue& overwritten : overwritten_) {
+    const SavedValue& saved = overwritten.saved;
+    TensorEntry* entry = Lookup(saved.tensor);
+    // Gone, saved anew (an output of this op), or model state with versions of its own.
+    if (entry == nullptr || entry->slot != saved.slot || entry->node < 0 || entry->node == writer ||
+        entry->buffer >= 0 || entry->buffer_view >= 0 || entry->param >= 0) {
       continue;
     }
-    const int32_t slot = Save(alias);
-    entry = Lookup(alias.unsafeGetTensorImpl());
+    SourceRecord before;
+    before.kind = SourceRecord::Kind::kNode;
+    before.index = entry->node;
+    before.output_index = entry->output_index;
+    before.slot = entry->slot;
+    const int32_t slot = Save(overwritten.alias, saved.tensor);
+    const int32_t output = AddAliasWrite(before, overwritten.written_tensor, overwritten.alias,
+                                         std::move(overwritten.written), slot);
+    entry = Lookup(saved.tensor);  // Save may have grown the table
     entry->node = writer;
-    entry->output_index = -1;  // NOTE [Writes through views]
+    entry->output_index = output;
     entry->slot = slot;
   }
+  for (const OverwrittenValue& overwritten : overwritten_) {
+    if (overwritten.node_before >= 0 &&
+        record_.nodes[overwritten.node_before].kind == NodeRecord::Kind::kInput) {
+      const std::pair<int32_t, int32_t> written{overwritten.node_before, writer};
+      if (std::find(record_.written_inputs.begin(), record_.written_inputs.end(), written) ==
+          record_.written_inputs.end()) {
+        record_.written_inputs.push_back(written);
+      }
+    }
+  }
+  overwritten_.clear();
+}
+
+int32_t Recorder::AddAliasWrite(SourceRecord before, int32_t written_tensor,
+                                const at::Tensor& aliased, TensorGeometry written, int32_t slot) {
+  const int32_t writer = static_cast<int32_t>(record_.nodes.size()) - 1;
+  AliasWriteRecord& record = record_.alias_writes.emplace_back();
+  record.before = before;
+  record.written_tensor = written_tensor;
+  record.aliased = GeometryOf(aliased);
+  record.written = std::move(written);
+  record.slot = slot;
+  const int32_t k =
+      static_cast<int32_t>(record_.alias_writes.size()) - 1 - record_.nodes[writer].alias_writes_begin;
+  return -(k + 1);
 }
 
 void Recorder::Abandon(const std::exception& e) {
   pending_writes_.clear();
+  overwritten_.clear();
   inert_ = true;
   if (!failure_.ok()) return;
   const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
@@ -360,7 +422,8 @@ void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet key
     const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, info.num_arguments);
     for (uint32_t a : info.written_arguments) {
       // A write the user-level op did not declare: see NOTE [Buffer writes].
-      ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused); });
+      ForEachTensor(args[a],
+                    [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused, -1); });
     }
   }
   DepthGuard depth(&depth_);
@@ -414,6 +477,14 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
     CheckAllBuffers();
     if (TensorEntry* entry = Lookup(impl)) return entry;
   }
+  if (const int32_t buffer = BufferInPlaceOf(tensor); buffer >= 0) {
+    // `b.data`: NOTE [Buffer writes].
+    TensorEntry view;
+    view.buffer_view = buffer;
+    view.aliases_buffer = true;
+    Remember(tensor, std::move(view));
+    return Lookup(impl);
+  }
   if (TensorEntry* alias = AddShallowCopy(tensor)) return alias;
   // A tensor from outside the capture: an input, or a constant once inputs are marked.
   TensorEntry outside;
@@ -423,12 +494,43 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   }
   if (!inputs_marked_) {
     outside.node = AddInputNode(tensor);
-    outside.slot = record_.outputs[record_.nodes[outside.node].outputs_begin].slot;
-  } else if (options_.save_activations) {
-    outside.slot = Save(tensor);
+  } else {
+    auto attribute = attributes_.find(impl);
+    outside.node = AddConstantNode(
+        tensor, attribute == attributes_.end() ? std::string()
+                                               : record_.constant_addresses[attribute->second]);
   }
+  outside.slot = record_.outputs[record_.nodes[outside.node].outputs_begin].slot;
   Remember(tensor, std::move(outside));
   return Lookup(impl);
+}
+
+int32_t Recorder::BufferInPlaceOf(const at::Tensor& tensor) {
+  if (!tensor.has_storage()) return -1;
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == storages_.end()) return -1;
+  for (int32_t buffer : it->second.buffers) {
+    if (SamePlace(buffers_[buffer].holder, tensor)) return buffer;
+  }
+  return -1;
+}
+
+int32_t Recorder::AddConstantNode(const at::Tensor& tensor, std::string address) {
+  NodeRecord node;
+  node.kind = NodeRecord::Kind::kConstant;
+  if (!address.empty()) {
+    auto it = std::find(record_.constant_addresses.begin(), record_.constant_addresses.end(),
+                        address);
+    node.constant_address = static_cast<int32_t>(it - record_.constant_addresses.begin());
+    if (it == record_.constant_addresses.end()) {
+      record_.constant_addresses.push_back(std::move(address));
+    }
+  }
+  node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
+  AddOutput(tensor, options_.save_activations ? Save(tensor) : -1);
+  node.outputs_end = static_cast<int32_t>(record_.outputs.size());
+  record_.nodes.push_back(node);
+  return static_cast<int32_t>(record_.nodes.size()) - 1;
 }
 
 int32_t Recorder::ParamId(const c10::TensorImpl* impl) {
@@ -458,6 +560,16 @@ SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
   TensorEntry* entry = Lookup(impl);
   if (entry == nullptr) entry = AddUnseen(tensor);
   if (entry->aliases_buffer) *touches_buffer = true;
+  if (entry->buffer_view >= 0) {
+    // Reads the buffer's current version, like the registered tensor (NOTE [Buffer writes]).
+    const int32_t buffer = entry->buffer_view;
+    if (*owner_module < 0) *owner_module = layout_->buffers[buffer].module;
+    const int32_t version = EnsureBufferVersion(buffer);
+    source.kind = SourceRecord::Kind::kNode;
+    source.index = version;
+    source.slot = record_.outputs[record_.nodes[version].outputs_begin].slot;
+    return source;
+  }
   if (entry->buffer >= 0) {
     const int32_t buffer = entry->buffer;
     if (*owner_module < 0) *owner_module = layout_->buffers[buffer].module;
@@ -488,7 +600,8 @@ Recorder::TensorEntry* Recorder::AddShallowCopy(const at::Tensor& tensor) {
   if (!tensor.has_storage()) return nullptr;
   auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
   if (it == storages_.end()) return nullptr;
-  for (int32_t slot : it->second.saved_slots) {
+  for (const SavedValue& value : it->second.saved) {
+    const int32_t slot = value.slot;
     const at::Tensor& saved = record_.slots[slot];
     if (slot >= static_cast<int32_t>(slot_producers_.size()) || slot_producers_[slot].first < 0 ||
         saved.storage_offset() != tensor.storage_offset() || saved.sizes() != tensor.sizes() ||
@@ -554,7 +667,7 @@ thread_local int saves_until_failure = -1;
 
 void FailSavesAfterForTesting(int saves) { saves_until_failure = saves; }
 
-int32_t Recorder::Save(const at::Tensor& tensor) {
+int32_t Recorder::Save(const at::Tensor& tensor, const c10::TensorImpl* live) {
   if (C10_UNLIKELY(saves_until_failure >= 0) && saves_until_failure-- == 0) {
     throw std::bad_alloc();
   }
@@ -562,7 +675,8 @@ int32_t Recorder::Save(const at::Tensor& tensor) {
   // Saved values never hold the user's autograd graph alive.
   record_.slots.push_back(tensor.requires_grad() ? tensor.detach() : tensor);
   if (tensor.has_storage()) {
-    storages_[tensor.storage().unsafeGetStorageImpl()].saved_slots.push_back(slot);
+    storages_[tensor.storage().unsafeGetStorageImpl()].saved.push_back(
+        SavedValue{slot, live != nullptr ? live : tensor.unsafeGetTensorImpl()});
   }
   return slot;
 }
@@ -585,7 +699,7 @@ void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tens
   AddOutput(tensor, slot);
   if (!tensor.defined()) return;
   TensorEntry* existing = Lookup(tensor.unsafeGetTensorImpl());
-  if (existing != nullptr && existing->buffer >= 0) {
+  if (existing != nullptr && (existing->buffer >= 0 || existing->buffer_view >= 0)) {
     // The op returned the registered buffer itself (an in-place write): its new version,
     // committed next, becomes the producer. See NOTE [Tensor identity].
     return;
@@ -608,56 +722,135 @@ void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tens
   Remember(tensor, std::move(entry));
 }
 
-void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind) {
+void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor) {
   if (!tensor.defined() || !tensor.has_storage()) return;
   auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
   if (it == storages_.end()) return;
   StorageEntry& storage = it->second;
-  // NOTE [Copy-on-write of saved values]
-  for (int32_t slot : storage.saved_slots) {
-    at::Tensor& saved = record_.slots[slot];
-    storage.written.push_back(saved);  // the live tensor, for UpdateAliasesOfWrite
-    saved = CopyOfSaved(saved);
+  const std::pair<int64_t, int64_t> range = ByteRange(tensor);
+  if (!storage.saved.empty()) {
+    // NOTE [Copy-on-write of saved values], NOTE [Writes through views]: saved values whose
+    // bytes the write may touch are copied and noted; the others stay shared.
+    std::optional<TensorGeometry> written;
+    size_t kept = 0;
+    for (const SavedValue& saved : storage.saved) {
+      at::Tensor& value = record_.slots[saved.slot];
+      if (!Overlap(ByteRange(value), range)) {
+        storage.saved[kept++] = saved;
+        continue;
+      }
+      if (!written.has_value()) written = GeometryOf(tensor);
+      const TensorEntry* entry = Lookup(saved.tensor);
+      overwritten_.push_back(OverwrittenValue{saved, value, written_tensor, *written,
+                                              entry != nullptr ? entry->node : -1});
+      value = CopyOfSaved(value);
+      ++record_.stats.copy_on_write_clones;
+    }
+    storage.saved.resize(kept);
   }
-  record_.stats.copy_on_write_clones += static_cast<int64_t>(storage.saved_slots.size());
-  storage.saved_slots.clear();
-  if (storage.buffers.empty()) return;
-  const auto [begin, end] = ByteRange(tensor);
   for (int32_t buffer : storage.buffers) {
     const BufferState& state = buffers_[buffer];
-    if (begin < state.end_byte && state.begin_byte < end) AddPendingWrite(buffer, kind);
+    if (Overlap({state.begin_byte, state.end_byte}, range)) {
+      AddPendingWrite(buffer, kind, written_tensor, tensor);
+    }
   }
 }
 
-void Recorder::AddPendingWrite(int32_t buffer, WriteKind kind) {
-  for (const PendingWrite& pending : pending_writes_) {
-    if (pending.buffer == buffer) return;  // one version per buffer per user-level op
+void Recorder::AddPendingWrite(int32_t buffer, WriteKind kind, int32_t written_tensor,
+                               const at::Tensor& written) {
+  for (PendingWrite& pending : pending_writes_) {
+    if (pending.buffer == buffer) {
+      // One version per buffer per user-level op. The nested calls of a declared write
+      // (add_ redispatching to its kernel) are that write; two declared arguments writing
+      // the buffer are not one argument's write that replay could redo.
+      if (written_tensor >= 0 && pending.written_tensor != written_tensor) {
+        pending.written_tensor = -1;
+      }
+      return;
+    }
   }
   EnsureBufferVersion(buffer);
-  pending_writes_.push_back(PendingWrite{buffer, kind});
+  pending_writes_.push_back(PendingWrite{buffer, kind, written_tensor, written});
 }
 
-void Recorder::CommitPendingWrites(int32_t producer) {
+void Recorder::CommitPendingWrites(int32_t producer, c10::ArrayRef<c10::IValue> returns) {
   for (const PendingWrite& pending : pending_writes_) {
     BufferState& state = buffers_[pending.buffer];
+    if (state.holder.has_storage() &&
+        (state.holder.storage().unsafeGetStorageImpl() != state.storage ||
+         ByteRange(state.holder) != std::make_pair(state.begin_byte, state.end_byte))) {
+      ReindexBuffer(pending.buffer);  // set_
+    }
     at::Tensor snapshot = Snapshot(state.holder);
+    const int32_t slot = SaveSnapshotIfSaving(snapshot);
     std::optional<bool> changed;
-    if (pending.kind == WriteKind::kFused) changed = !SameValue(state.latest, snapshot);
-    AddBufferVersion(pending.buffer, pending.kind, producer, 0, std::move(snapshot), changed);
+    int32_t output = 0;
+    if (pending.kind == WriteKind::kFused) {
+      changed = !BitIdentical(state.latest, snapshot);
+    } else {
+      // The returned tensor that is the buffer, if the op wrote the buffer itself; otherwise
+      // an alias write whose earlier state is the previous version (NOTE [Buffer writes]).
+      output = -1;
+      if (pending.written_tensor >= 0 &&
+          (pending.written.unsafeGetTensorImpl() == state.holder.unsafeGetTensorImpl() ||
+           SamePlace(pending.written, state.holder))) {
+        int32_t k = 0;
+        for (const c10::IValue& value : returns) {
+          ForEachTensor(value, [&](const at::Tensor& t) {
+            if (output < 0 && t.defined() &&
+                (t.unsafeGetTensorImpl() == state.holder.unsafeGetTensorImpl() ||
+                 t.unsafeGetTensorImpl() == pending.written.unsafeGetTensorImpl())) {
+              output = k;
+            }
+            ++k;
+          });
+        }
+      }
+      if (output < 0) {
+        SourceRecord before;
+        before.kind = SourceRecord::Kind::kNode;
+        before.index = state.last_version;
+        before.slot = record_.outputs[record_.nodes[state.last_version].outputs_begin].slot;
+        output = AddAliasWrite(before, pending.written_tensor, state.holder,
+                               pending.written.defined() ? GeometryOf(pending.written)
+                                                         : TensorGeometry{},
+                               slot);
+      }
+    }
+    AddBufferVersion(pending.buffer, pending.kind, producer, output, std::move(snapshot), changed,
+                     slot);
   }
   pending_writes_.clear();
+}
+
+void Recorder::ReindexBuffer(int32_t buffer) {
+  BufferState& state = buffers_[buffer];
+  if (state.storage != nullptr) {
+    auto it = storages_.find(state.storage);
+    if (it != storages_.end()) {
+      auto& owners = it->second.buffers;
+      owners.erase(std::remove(owners.begin(), owners.end(), buffer), owners.end());
+    }
+  }
+  state.storage = state.holder.storage().unsafeGetStorageImpl();
+  storages_[state.storage].buffers.push_back(buffer);
+  std::tie(state.begin_byte, state.end_byte) = ByteRange(state.holder);
 }
 
 int32_t Recorder::EnsureBufferVersion(int32_t buffer) {
   BufferState& state = buffers_[buffer];
   if (state.last_version >= 0) return state.last_version;
-  // The initial read: its value is the copy taken when capture started.
-  return AddBufferVersion(buffer, std::nullopt, -1, 0, state.latest, std::nullopt);
+  // The initial read. NOTE [Independent initial values]: its value is a copy of the one
+  // taken when capture started, which stays the buffer's `initial_value`, so that a check
+  // of the read version against the initial value compares two tensors.
+  at::Tensor read = Snapshot(state.latest);
+  const int32_t slot = SaveSnapshotIfSaving(read);
+  return AddBufferVersion(buffer, std::nullopt, -1, 0, std::move(read), std::nullopt, slot);
 }
 
 int32_t Recorder::AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind, int32_t producer,
                                    int32_t producer_output, at::Tensor snapshot,
-                                   std::optional<bool> changed) {
+                                   std::optional<bool> changed, int32_t slot) {
   BufferState& state = buffers_[buffer];
   NodeRecord node;
   node.kind = NodeRecord::Kind::kBufferVersion;
@@ -673,7 +866,6 @@ int32_t Recorder::AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind
     record_.sources.push_back(source);
   }
   node.sources_end = static_cast<int32_t>(record_.sources.size());
-  const int32_t slot = options_.save_activations ? SaveSnapshot(snapshot) : -1;
   node.outputs_begin = static_cast<int32_t>(record_.outputs.size());
   AddOutput(snapshot, slot);
   node.outputs_end = static_cast<int32_t>(record_.outputs.size());
@@ -702,8 +894,10 @@ void Recorder::SetHolder(int32_t buffer, const at::Tensor& tensor) {
   entry->version = c10::VariableVersion(c10::VariableVersion::DISABLED);
   entry->alive.reset();
   if (entry == &fresh) Remember(tensor, std::move(fresh));
+  state.storage = nullptr;
   if (tensor.has_storage()) {
-    storages_[tensor.storage().unsafeGetStorageImpl()].buffers.push_back(buffer);
+    state.storage = tensor.storage().unsafeGetStorageImpl();
+    storages_[state.storage].buffers.push_back(buffer);
     std::tie(state.begin_byte, state.end_byte) = ByteRange(tensor);
   }
 }
@@ -736,8 +930,8 @@ void Recorder::OnReassign(int32_t buffer, const at::Tensor& tensor) {
   BufferState& state = buffers_[buffer];
   // The former holder stops being the buffer but keeps its producer.
   if (TensorEntry* former = Lookup(state.holder.unsafeGetTensorImpl())) former->buffer = -1;
-  if (state.holder.has_storage()) {
-    auto it = storages_.find(state.holder.storage().unsafeGetStorageImpl());
+  if (state.storage != nullptr) {
+    auto it = storages_.find(state.storage);
     if (it != storages_.end()) {
       auto& owners = it->second.buffers;
       owners.erase(std::remove(owners.begin(), owners.end(), buffer), owners.end());
@@ -753,8 +947,10 @@ void Recorder::OnReassign(int32_t buffer, const at::Tensor& tensor) {
     producer_output = entry->output_index;
   }
   SetHolder(buffer, tensor);
-  AddBufferVersion(buffer, WriteKind::kReassign, producer, producer_output, Snapshot(tensor),
-                   std::nullopt);
+  at::Tensor snapshot = Snapshot(tensor);
+  const int32_t slot = SaveSnapshotIfSaving(snapshot);
+  AddBufferVersion(buffer, WriteKind::kReassign, producer, producer_output, std::move(snapshot),
+                   std::nullopt, slot);
 }
 
 bool Recorder::IsWithin(int32_t inner, int32_t outer) {
@@ -787,6 +983,16 @@ int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& si
   return it->second;
 }
 
+void Recorder::OnAttributeAssigned() {
+  if (inert_ || finished_ || assigned_buffers_.empty()) return;
+  NoCapture no_capture(kCaptureKey);
+  try {
+    CheckAssignedBuffers();
+  } catch (const std::exception& e) {
+    Abandon(e);
+  }
+}
+
 absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   NoCapture no_capture(kCaptureKey);
   if (finished_) return absl::FailedPreconditionError("the capture already finished");
@@ -798,15 +1004,26 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   // saved values]).
   for (auto& [storage, entry] : storages_) {
     if (entry.buffers.empty()) continue;
-    for (int32_t slot : entry.saved_slots) record_.slots[slot] = record_.slots[slot].clone();
-    record_.stats.copy_on_write_clones += static_cast<int64_t>(entry.saved_slots.size());
-    entry.saved_slots.clear();
+    for (const SavedValue& saved : entry.saved) {
+      record_.slots[saved.slot] = record_.slots[saved.slot].clone();
+    }
+    record_.stats.copy_on_write_clones += static_cast<int64_t>(entry.saved.size());
+    entry.saved.clear();
   }
   ForEachTensor(outputs, [&](const at::Tensor& tensor) {
     if (!tensor.defined()) return;
     bool touches_buffer = false;
     int32_t owner_module = -1;
-    const SourceRecord source = Resolve(tensor, &touches_buffer, &owner_module);
+    SourceRecord source = Resolve(tensor, &touches_buffer, &owner_module);
+    if (source.kind == SourceRecord::Kind::kParam) {
+      // A returned parameter gets a source node (NOTE [Constants]).
+      const int32_t constant =
+          AddConstantNode(layout_->params[source.index].saved, layout_->params[source.index].address);
+      source = SourceRecord();
+      source.kind = SourceRecord::Kind::kNode;
+      source.index = constant;
+      source.slot = record_.outputs[record_.nodes[constant].outputs_begin].slot;
+    }
     NodeRecord node;
     node.kind = NodeRecord::Kind::kOutput;
     node.sources_begin = static_cast<int32_t>(record_.sources.size());
@@ -824,7 +1041,7 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
     const BufferState& state = buffers_[buffer];
     const at::Tensor now = CurrentBuffer(*state.entry);
-    if (!now.defined() || SameValue(now, state.latest)) continue;
+    if (!now.defined() || BitIdentical(now, state.latest)) continue;
     TraceDiagnostic diagnostic;
     const std::string& address = state.entry->address;
     diagnostic.address = address;

@@ -37,25 +37,45 @@
 // so this costs one hash lookup per written tensor, never a scan.
 //
 // NOTE [Writes through views]
-// `pad[:, :3].copy_(img)` writes the tensor `pad` through a view. The copy-on-write keeps
-// `pad`'s saved value from before the write; after it, `pad` is produced by the writer, as
-// output -1 ("the base the op wrote through a view", not one of its outputs), and its new
-// value is saved by reference again. Validation does not compare such an argument with
-// the writer's outputs, and an intervention does not recompute it (README "Limitations").
+// `pad[:, :3].copy_(img)` writes the tensor `pad` through a view, and `x.mul_(2)` writes
+// every view of `x` taken before. Before an op writes a tensor, every saved value whose
+// bytes overlap it (found through the storage index, one lookup) is copied (NOTE
+// [Copy-on-write of saved values]) and noted. After the op, each noted tensor that is
+// still alive and is not one of the op's outputs becomes an alias write of the op
+// (`AliasWrite` in graph/trace.h): its producer is now the writer, as output -(k + 1),
+// with its value after the write saved by reference again, and the write remembers the
+// tensor's earlier source and both geometries so that replay can redo it (NOTE [Writes
+// through aliases] in validation/replay.h). Only saved values are indexed by storage, so
+// a capture without saved values does not see these writes (README "Limitations").
 //
 // NOTE [Buffer writes]
 // A write is attributed to a registered buffer by StorageImpl identity, then by byte range
 // (views and slices included). All writes to one buffer during one user-level op make a
 // single version: kFused when the op is a fused mutator (NOTE [Fused buffer writes]) or the
 // write happened inside the kernel without the user-level op declaring it, kInplace when
-// the user-level op's schema declares the write.
+// the user-level op's schema declares the write. A kInplace version whose written argument
+// is the buffer itself (same place in the same storage) is the op's output that returned
+// it; one written through a slice or a permuted view is an alias write of the op, whose
+// earlier state is the buffer's previous version. `set_` moves a buffer to another
+// storage: the index follows it. A tensor made without dispatching that has exactly the
+// buffer's place in its storage (`b.data` in TorchScript, `b.data()` in C++) reads and
+// writes the buffer like the registered tensor itself.
 //
 // NOTE [Buffer reassignment]
 // `self.h = t` in TorchScript is a prim::SetAttr: no op is dispatched. The capture reads
 // the attribute slots of the buffers that some method's code assigns (usually none or a
-// few recurrent states) before each user-level op, and every slot at forward boundaries it
-// can see (a tensor never seen before, and the end of capture). A slot that holds another
-// tensor than the last one seen is a kReassign version whose producer is that tensor's.
+// few recurrent states) before each user-level op, after each `prim::SetAttr` of a tensor
+// in a plan torchlens runs itself (script_runner.h marks them, so that `self.h = a;
+// self.h = b` gives two versions), and every slot at forward boundaries it can see (a
+// tensor never seen before, and the end of capture). A slot that holds another tensor than
+// the last one seen is a kReassign version whose producer is that tensor's.
+//
+// NOTE [Constants]
+// A tensor from outside the capture that is not a model input (a plain tensor attribute,
+// a TorchScript constant, a tensor a C++ forward made without dispatching) gets a source
+// node of its own, kind "constant", when first read, named by its attribute address when
+// the model layout knows it. A parameter returned as a model output gets one too. Neither
+// has versions: constants are not model state.
 #ifndef TORCHLENS_DISPATCH_RECORDER_H_
 #define TORCHLENS_DISPATCH_RECORDER_H_
 
@@ -102,6 +122,10 @@ class Recorder {
   // reassignments and unjournaled changes, and hands over the record.
   absl::StatusOr<CaptureRecord> Finish(const c10::IValue& outputs);
 
+  // Called right after TorchScript code assigned a tensor attribute (NOTE [Buffer
+  // reassignment]).
+  void OnAttributeAssigned();
+
  private:
   // Facts about one operator, computed on its first call in this capture.
   struct OpInfo {
@@ -120,21 +144,35 @@ class Recorder {
     int32_t slot = -1;            // saved current value; -1 when not saved (yet)
     int32_t param = -1;           // a parameter
     int32_t buffer = -1;          // this TensorImpl is the registered buffer now
+    int32_t buffer_view = -1;     // made without dispatch in the place of this buffer
     bool aliases_buffer = false;  // its storage overlaps a buffer's storage
     // Unsaved mode only: see NOTE [Address reuse in unsaved mode].
     c10::VariableVersion version{c10::VariableVersion::DISABLED};
     std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> alive;
   };
+  // A saved value and the live tensor it was saved from (a detached alias when that one
+  // requires grad).
+  struct SavedValue {
+    int32_t slot;
+    const c10::TensorImpl* tensor;
+  };
   struct StorageEntry {
-    absl::InlinedVector<int32_t, 1> buffers;      // buffers living in this storage
-    absl::InlinedVector<int32_t, 2> saved_slots;  // saved values living in this storage
-    // The live tensors whose saved values were just copied (NOTE [Writes through views]).
-    std::vector<at::Tensor> written;
+    absl::InlinedVector<int32_t, 1> buffers;       // buffers living in this storage
+    absl::InlinedVector<SavedValue, 2> saved;      // saved values living in this storage
+  };
+  // A saved value the current op's write overlapped (NOTE [Writes through views]).
+  struct OverwrittenValue {
+    SavedValue saved;
+    at::Tensor alias;        // shares the live tensor's storage and geometry
+    int32_t written_tensor;  // which tensor argument the op wrote; -1: a nested write
+    TensorGeometry written;
+    int32_t node_before;     // the live tensor's producer before the write, or -1
   };
   struct BufferState {
     const ModelLayout::BufferEntry* entry;   // in layout_
     at::Tensor holder;                       // the registered tensor as last seen
     std::vector<at::Tensor> former_holders;  // kept alive: see NOTE [Tensor identity]
+    const c10::StorageImpl* storage = nullptr;  // where `holder` was indexed
     int64_t begin_byte = 0, end_byte = 0;    // range of `holder` in its storage
     int32_t last_version = -1;               // latest version node
     // Copy of the latest version's value (the initial value until the first write):
@@ -145,6 +183,8 @@ class Recorder {
   struct PendingWrite {
     int32_t buffer;
     WriteKind kind;
+    int32_t written_tensor;  // -1: nested, fused, or several arguments wrote the buffer
+    at::Tensor written;      // the argument written (kInplace)
   };
 
   const OpInfo& Info(const c10::OperatorHandle& op);
@@ -180,20 +220,37 @@ class Recorder {
   void AddOutput(const at::Tensor& tensor, int32_t slot);
   void RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
                       bool touches_buffer);
-  int32_t Save(const at::Tensor& tensor);            // a new slot (copy-on-write registered)
+  // A new slot for `tensor`, registered for copy-on-write as the saved value of `live`
+  // (the tensor itself by default; see SavedValue).
+  int32_t Save(const at::Tensor& tensor, const c10::TensorImpl* live = nullptr);
   int32_t SaveSnapshot(const at::Tensor& snapshot);  // a new slot for a private copy
   void Remember(const at::Tensor& tensor, TensorEntry entry);
 
-  // Before `tensor` is written: copy-on-write, and note the buffers it hits.
-  void PrepareWrite(const at::Tensor& tensor, WriteKind kind);
-  void AddPendingWrite(int32_t buffer, WriteKind kind);
-  void CommitPendingWrites(int32_t producer);
-  // After op `writer` wrote `tensor`: other tensors on its storage now hold what the write
-  // made of them. See NOTE [Writes through views].
-  void UpdateAliasesOfWrite(int32_t writer, const at::Tensor& tensor);
+  // Before `tensor` (tensor argument `written_tensor` of the op, -1 for a nested write) is
+  // written: copy-on-write, and note the saved values and buffers it hits.
+  void PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor);
+  void AddPendingWrite(int32_t buffer, WriteKind kind, int32_t written_tensor,
+                       const at::Tensor& written);
+  // After op `producer` ran: its buffer versions, then the alias writes of the values it
+  // overwrote (NOTE [Writes through views]).
+  void CommitPendingWrites(int32_t producer, c10::ArrayRef<c10::IValue> returns);
+  void RecordAliasWrites(int32_t writer);
+  // Appends an alias write to the node being recorded and returns its output index.
+  int32_t AddAliasWrite(SourceRecord before, int32_t written_tensor, const at::Tensor& aliased,
+                        TensorGeometry written, int32_t slot);
+  // `snapshot` is the version's value; `slot` where it is saved (-1 when not saved).
   int32_t AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind, int32_t producer,
                            int32_t producer_output, at::Tensor snapshot,
-                           std::optional<bool> changed);
+                           std::optional<bool> changed, int32_t slot);
+  int32_t SaveSnapshotIfSaving(const at::Tensor& snapshot) {
+    return options_.save_activations ? SaveSnapshot(snapshot) : -1;
+  }
+  // The source node of a tensor from outside the capture (NOTE [Constants]).
+  int32_t AddConstantNode(const at::Tensor& tensor, std::string address);
+  // A buffer whose holder has exactly `tensor`'s place in its storage, or -1.
+  int32_t BufferInPlaceOf(const at::Tensor& tensor);
+  // Moves `buffer` in the storage index after an op pointed its holder elsewhere (set_).
+  void ReindexBuffer(int32_t buffer);
 
   void CheckAssignedBuffers();
   void CheckAllBuffers();
@@ -230,6 +287,10 @@ class Recorder {
   std::vector<BufferState> buffers_;
   std::vector<int32_t> assigned_buffers_;  // buffers whose slot code may reassign
   absl::InlinedVector<PendingWrite, 4> pending_writes_;
+  std::vector<OverwrittenValue> overwritten_;  // by the op being recorded
+  // Plain tensor attributes of the model (NOTE [Constants]): index into
+  // record_.constant_addresses.
+  absl::flat_hash_map<const c10::TensorImpl*, int32_t> attributes_;
   // For the slots of op outputs: (node, output index). See NOTE [Shallow copies].
   std::vector<std::pair<int32_t, int32_t>> slot_producers_;
 

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "torchlens_dispatch/recorder.h"
 #include "torchlens_dispatch/script_sites.h"
 
 namespace torchlens {
@@ -32,6 +33,39 @@ torch::jit::RegisterOperators site_marker_registration({torch::jit::Operator(
       SetMarkedSite(reinterpret_cast<const MarkedSite*>(static_cast<intptr_t>(site)));
     },
     c10::AliasAnalysisKind::CONSERVATIVE)});
+
+// NOTE [Assignment markers]
+// `self.h = t` is a prim::SetAttr, which dispatches nothing. In a private plan each
+// SetAttr of a tensor attribute is followed by a call to this JIT-only op, which lets the
+// capturing recorder read the assigned buffer slots right away (NOTE [Buffer
+// reassignment] in recorder.h): two assignments with no op between them are two versions.
+const c10::Symbol kAssignmentMarker = c10::Symbol::fromQualString("torchlens::assigned");
+
+torch::jit::RegisterOperators assignment_marker_registration({torch::jit::Operator(
+    "torchlens::assigned() -> ()",
+    [](torch::jit::Stack&) {
+      if (Recorder* recorder = Recorder::Current()) recorder->OnAttributeAssigned();
+    },
+    c10::AliasAnalysisKind::CONSERVATIVE)});
+
+bool AssignsTensor(const torch::jit::Node* node) {
+  if (node->kind() != c10::prim::SetAttr) return false;
+  const c10::TypePtr& type = node->input(1)->type();
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  return type->kind() == c10::TypeKind::OptionalType &&
+         type->expectRef<c10::OptionalType>().getElementType()->kind() ==
+             c10::TypeKind::TensorType;
+}
+
+void MarkAssignments(torch::jit::Block* block) {
+  for (torch::jit::Node* node : block->nodes()) {
+    for (torch::jit::Block* inner : node->blocks()) MarkAssignments(inner);
+    if (AssignsTensor(node)) {
+      torch::jit::Node* marker = node->owningGraph()->create(kAssignmentMarker, {}, 0);
+      marker->insertAfter(node);
+    }
+  }
+}
 
 // "conv(Conv2d)", as the interpreter's module hierarchy spells a module instance.
 std::string InstanceEntry(const torch::jit::ModuleInstanceInfo& info) {
@@ -75,7 +109,8 @@ void CollectOpNodes(torch::jit::Block* block, std::vector<torch::jit::Node*>* ou
   for (torch::jit::Node* node : block->nodes()) {
     for (torch::jit::Block* inner : node->blocks()) CollectOpNodes(inner, out);
     const c10::Symbol kind = node->kind();
-    if (!kind.is_prim() && kind != kSiteMarker && node->maybeOperator() != nullptr) {
+    if (!kind.is_prim() && kind != kSiteMarker && kind != kAssignmentMarker &&
+        node->maybeOperator() != nullptr) {
       out->push_back(node);
     }
   }
@@ -241,6 +276,7 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
   InlinedGraphs inlined;
   InlineCalls(graph->block(), &inlined);
   FoldConstantBranches(graph->block());
+  MarkAssignments(graph->block());
   std::string top = "TOP";
   if (!graph->inputs().empty()) {
     if (auto self = graph->inputs()[0]->type()->cast<c10::ClassType>(); self && self->name()) {

@@ -3,13 +3,18 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "graph/fused_mutators.h"
+#include "graph/ivalue_tensors.h"
 #include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
 #include "validation/replay.h"
 
 namespace torchlens {
@@ -20,29 +25,344 @@ std::string Describe(const at::Tensor& t) {
                       c10::toString(t.scalar_type()));
 }
 
-bool Identical(const at::Tensor& a, const at::Tensor& b) {
-  return a.defined() && b.defined() && a.sizes() == b.sizes() &&
-         a.scalar_type() == b.scalar_type() &&
-         (a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl() || at::equal(a, b));
+std::vector<c10::IValue> CapturedArguments(const Op& op) {
+  return ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
 }
 
-// The value a consumer reads from node `op` at `output_index`.
-const at::Tensor& ValueOf(const Op& op, int output_index) {
-  if (output_index >= 0 && output_index < static_cast<int>(op.outs.size())) {
-    return op.outs[output_index];
+// Whether two runs of an op returned the same non-tensor values.
+bool SameNonTensorReturns(const ReplayResult& a, const ReplayResult& b) {
+  if (a.returns.size() != b.returns.size()) return false;
+  for (size_t i = 0; i < a.returns.size(); ++i) {
+    if (!ContainsTensor(a.returns[i]) && !(a.returns[i] == b.returns[i])) return false;
   }
-  return op.out;
+  return true;
 }
 
-// Which output of `producer` the output node `output` returned (they share the tensor).
-int OutputIndex(const Op& producer, const Op& output) {
-  for (size_t k = 0; k < producer.outs.size(); ++k) {
-    if (Identical(producer.outs[k], output.out)) return static_cast<int>(k);
+bool HasNonTensorReturn(const ReplayResult& result) {
+  for (const c10::IValue& value : result.returns) {
+    if (!ContainsTensor(value) && !value.isNone()) return true;
   }
-  return 0;
+  return false;
 }
+
+// Re-executes the edited trace's cone (see intervene.h).
+class Intervention {
+ public:
+  Intervention(const Trace& trace, DoOptions options)
+      : original_(trace.ops()), parts_(trace.Parts()), options_(options) {
+    for (size_t i = 0; i < original_.size(); ++i) index_of_.emplace(original_[i].label, i);
+    changed_.assign(original_.size(), false);
+  }
+
+  // The edits, checked and resolved to node indexes.
+  absl::Status Apply(const std::vector<Edit>& edits, const Trace& trace) {
+    absl::flat_hash_map<std::pair<int, int>, bool> seen;
+    for (const Edit& edit : edits) {
+      absl::StatusOr<const Op*> node = trace.Find(edit.label);
+      if (!node.ok()) return node.status();
+      const Op& op = **node;
+      if (!edit.value.defined()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("edit of ", op.label, ": the value is an undefined tensor"));
+      }
+      const int outputs = op.outs.empty() ? 1 : static_cast<int>(op.outs.size());
+      if (edit.output < 0 || edit.output >= outputs) {
+        return absl::InvalidArgumentError(absl::StrCat("edit of ", op.label, ": output ",
+                                                       edit.output, " does not exist; it has ",
+                                                       outputs, " (0..", outputs - 1, ")"));
+      }
+      const at::Tensor& current = OutputValue(op, edit.output);
+      if (!current.defined()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "edit of ", op.label, ": the node has no saved tensor value to replace"));
+      }
+      if (edit.value.sizes() != current.sizes() ||
+          edit.value.scalar_type() != current.scalar_type()) {
+        return absl::InvalidArgumentError(absl::StrCat("edit of ", op.label, ": the value has ",
+                                                       Describe(edit.value), ", the node holds ",
+                                                       Describe(current)));
+      }
+      const int index = trace.IndexOf(&op);
+      if (!seen.emplace(std::make_pair(index, edit.output), true).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("two edits of ", op.label, " output ", edit.output,
+                         "; give one value per output"));
+      }
+      edited_.push_back({index, edit.output, edit.value.detach().clone()});
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<DoResult> Run() {
+    std::vector<Op>& ops = parts_.ops;
+    for (const EditedValue& edit : edited_) {
+      Op& op = ops[edit.index];
+      if (op.outs.empty() || edit.output == 0) op.out = edit.value;
+      if (!op.outs.empty()) op.outs[edit.output] = edit.value;
+      changed_[edit.index] = true;
+      if (op.is_buffer && !op.buffer_write_kind.has_value()) {
+        parts_.buffers[op.address].initial_value = edit.value;  // the edited world's start
+      }
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (changed_[i] || !InCone(ops[i])) continue;
+      Op& op = ops[i];
+      if (op.is_input() || op.is_constant()) continue;
+      changed_[i] = true;
+      absl::Status status = op.is_output()   ? Output(op)
+                            : op.is_buffer   ? BufferVersion(i, op)
+                                             : Compute(i, op);
+      if (!status.ok()) return status;
+    }
+    parts_.children_linked = true;
+    result_.trace = Trace::Assemble(std::move(parts_));
+    return std::move(result_);
+  }
+
+ private:
+  struct EditedValue {
+    int index;
+    int output;
+    at::Tensor value;
+  };
+
+  bool InCone(const Op& op) const {
+    for (const std::string& parent : op.parents) {
+      auto it = index_of_.find(parent);
+      if (it != index_of_.end() && changed_[it->second]) return true;
+    }
+    return false;
+  }
+
+  int IndexOf(const std::string& label) const {
+    auto it = index_of_.find(label);
+    return it == index_of_.end() ? -1 : static_cast<int>(it->second);
+  }
+
+  // The fork's value of a source (the captured one when it is outside the cone).
+  at::Tensor ForkValue(const ArgSource& source, const at::Tensor& captured) const {
+    if (source.kind != ArgSource::Kind::kNode) return captured;
+    const int index = IndexOf(source.name);
+    if (index < 0 || !changed_[index]) return captured;
+    return OutputValue(parts_.ops[index], source.output_index);
+  }
+
+  absl::Status Gap(DiagnosticKind kind, const std::string& label, std::string message) {
+    if (options_.strict) return absl::FailedPreconditionError(message);
+    result_.warnings.push_back(Diagnostic{kind, label, std::move(message)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Output(Op& op) {
+    const int output = op.arg_sources.empty() ? 0 : op.arg_sources[0].output_index;
+    const int producer = IndexOf(op.parents[0]);
+    op.out = OutputValue(parts_.ops[producer], output);
+    op.outs = {op.out};
+    return absl::OkStatus();
+  }
+
+  absl::Status BufferVersion(size_t i, Op& op) {
+    // NOTE [Threading buffer state]
+    const int producer = IndexOf(op.parents[0]);
+    std::string gap;
+    if (op.buffer_write_kind == WriteKind::kFused) {
+      auto it = fused_after_.find(i);
+      if (it != fused_after_.end()) {
+        op.out = it->second;
+        op.outs = {op.out};
+        result_.reexecuted.push_back(op.label);
+        return absl::OkStatus();
+      }
+      auto why = fused_gaps_.find(i);
+      gap = why != fused_gaps_.end()
+                ? why->second
+                : absl::StrCat("its producer ", parts_.ops[producer].label,
+                               " was edited, so the kernel's update of the running statistics "
+                               "was not recomputed");
+    } else {
+      const int output = op.arg_sources.empty() ? 0 : op.arg_sources[0].output_index;
+      const at::Tensor& captured_written = OutputValue(original_[producer], output);
+      const at::Tensor& recomputed = OutputValue(parts_.ops[producer], output);
+      if (!BitIdentical(captured_written, original_[i].out)) {
+        gap = absl::StrCat("its producer ", parts_.ops[producer].label,
+                           " did not give the whole buffer as a value it can recompute");
+      } else if (output < 0 && !alias_certified_.contains({producer, output})) {
+        gap = absl::StrCat(parts_.ops[producer].label,
+                           " wrote it through a slice or view in a way replay cannot redo");
+      } else if (recomputed.defined()) {
+        op.out = recomputed;
+        op.outs = {op.out};
+        result_.reexecuted.push_back(op.label);
+        return absl::OkStatus();
+      }
+    }
+    changed_[i] = false;  // readers keep the captured state
+    return Gap(DiagnosticKind::kBufferThreadGap, op.label,
+               absl::StrCat("buffer version ", op.label, " (", op.address, ":", op.buffer_pass,
+                            ") keeps its captured value: ", gap,
+                            "; the edit does not propagate through it"));
+  }
+
+  absl::Status Compute(size_t i, Op& op) {
+    const Op& captured = original_[i];
+    std::vector<c10::IValue> args = ReplayArguments(
+        op, [&](int, const ArgSource& source, const at::Tensor& saved) {
+          return ForkValue(source, saved);
+        });
+    op.creation_args = args;  // the fork's op ran on these: a fork of the fork replays them
+    absl::StatusOr<ReplayResult> replay = ReplayOp(op, args);
+    if (!replay.ok()) {
+      return absl::Status(replay.status().code(),
+                          absl::StrCat("re-executing ", op.label, ": ", replay.status().message()));
+    }
+    // Captured-value replays certify what a recomputation may replace (computed once, only
+    // for ops with something to certify).
+    std::optional<absl::StatusOr<ReplayResult>> reference;
+    auto captured_replay = [&]() -> const absl::StatusOr<ReplayResult>& {
+      if (!reference.has_value()) reference = ReplayOp(captured, CapturedArguments(captured));
+      return *reference;
+    };
+
+    // NOTE [Values that leave the graph]
+    if (HasNonTensorReturn(*replay)) {
+      const absl::StatusOr<ReplayResult>& before = captured_replay();
+      if (!before.ok() || !SameNonTensorReturns(*replay, *before)) {
+        absl::Status status = Gap(
+            DiagnosticKind::kNonTensorGap, op.label,
+            absl::StrCat(op.label, " (", op.func_name,
+                         ") now returns another non-tensor value; the code that read it (a "
+                         "condition, or a scalar argument of a later op) is not in the graph, "
+                         "so the ops after it keep their captured values"));
+        if (!status.ok()) return status;
+      }
+    }
+
+    // NOTE [Writes through aliases]
+    for (size_t k = 0; k < op.alias_writes.size(); ++k) {
+      AliasWrite& write = op.alias_writes[k];
+      const AliasWrite& captured_write = captured.alias_writes[k];
+      const int output = -static_cast<int>(k) - 1;
+      const at::Tensor* captured_before = CapturedValue(captured_write.before);
+      bool certified = false;
+      if (captured_before != nullptr) {
+        absl::StatusOr<at::Tensor> redone = ReplayAliasWrite(
+            captured, captured_write, CapturedArguments(captured), *captured_before);
+        certified = redone.ok() && BitIdentical(*redone, captured_write.value);
+      }
+      absl::StatusOr<at::Tensor> after =
+          certified ? ReplayAliasWrite(op, write, args,
+                                       ForkValue(write.before, *captured_before))
+                    : absl::StatusOr<at::Tensor>(absl::FailedPreconditionError("not certified"));
+      if (after.ok()) {
+        write.value = *after;
+        alias_certified_.insert({static_cast<int>(i), output});
+        continue;
+      }
+      if (!WritesBuffer(op, output)) {
+        absl::Status status = Gap(
+            DiagnosticKind::kAliasWriteGap, op.label,
+            absl::StrCat("the tensor ", op.label, " changed through a view (from ",
+                         write.before.name, ") keeps its captured value: replay cannot redo "
+                         "the write; the edit does not propagate through it"));
+        if (!status.ok()) return status;
+      }
+    }
+
+    // NOTE [Fused buffer writes]: the state after the call, when the captured call
+    // reproduces the captured versions.
+    if (!replay->state_after.empty()) {
+      const absl::StatusOr<ReplayResult>& before = captured_replay();
+      for (const auto& [argument, after] : replay->state_after) {
+        const int version = FusedVersion(op, argument);
+        if (version < 0) continue;
+        const at::Tensor* reproduced = nullptr;
+        if (before.ok()) {
+          for (const auto& [a, state] : before->state_after) {
+            if (a == argument) reproduced = &state;
+          }
+        }
+        if (reproduced != nullptr && BitIdentical(*reproduced, original_[version].out)) {
+          fused_after_[version] = after;
+        } else {
+          fused_gaps_[version] = absl::StrCat("re-running ", op.label,
+                                              " from the captured state does not reproduce it");
+        }
+      }
+    }
+    op.outs = std::move(replay->outputs);
+    op.out = op.outs.empty() ? at::Tensor() : op.outs[0];
+    result_.reexecuted.push_back(op.label);
+    return absl::OkStatus();
+  }
+
+  const at::Tensor* CapturedValue(const ArgSource& source) const {
+    const int index = IndexOf(source.name);
+    if (source.kind != ArgSource::Kind::kNode || index < 0) return nullptr;
+    return &OutputValue(original_[index], source.output_index);
+  }
+
+  // Whether output `output` of `op` is the value of a buffer version (whose gap, if any,
+  // is reported there).
+  bool WritesBuffer(const Op& op, int output) const {
+    for (const std::string& child : op.children) {
+      const int index = IndexOf(child);
+      if (index >= 0 && original_[index].is_buffer && !original_[index].arg_sources.empty() &&
+          original_[index].arg_sources[0].output_index == output) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The kFused version node of the buffer that state argument `argument` of `op` held.
+  int FusedVersion(const Op& op, int argument) const {
+    int tensor_index = -1;
+    int index = 0;
+    for (size_t a = 0; a < op.creation_args.size(); ++a) {
+      ForEachTensor(op.creation_args[a], [&](const at::Tensor&) {
+        if (static_cast<int>(a) == argument && tensor_index < 0) tensor_index = index;
+        ++index;
+      });
+    }
+    if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) return -1;
+    const int previous = IndexOf(op.arg_sources[tensor_index].name);
+    if (previous < 0 || !original_[previous].is_buffer) return -1;
+    for (const std::string& child : op.children) {
+      const int candidate = IndexOf(child);
+      if (candidate >= 0 && original_[candidate].is_buffer &&
+          original_[candidate].address == original_[previous].address &&
+          original_[candidate].buffer_write_kind == WriteKind::kFused) {
+        return candidate;
+      }
+    }
+    return -1;
+  }
+
+  const std::vector<Op>& original_;
+  TraceParts parts_;
+  DoOptions options_;
+  absl::flat_hash_map<absl::string_view, size_t> index_of_;
+  std::vector<bool> changed_;  // edited or re-executed
+  std::vector<EditedValue> edited_;
+  absl::flat_hash_map<size_t, at::Tensor> fused_after_;   // version -> recomputed state
+  absl::flat_hash_map<size_t, std::string> fused_gaps_;   // version -> why not
+  absl::flat_hash_set<std::pair<int, int>> alias_certified_;  // (op, output) recomputed
+  DoResult result_;
+};
 
 }  // namespace
+
+absl::string_view DiagnosticKindName(DiagnosticKind kind) {
+  switch (kind) {
+    case DiagnosticKind::kBufferThreadGap:
+      return "buffer_thread_gap";
+    case DiagnosticKind::kNonTensorGap:
+      return "non_tensor_gap";
+    case DiagnosticKind::kAliasWriteGap:
+      return "alias_write_gap";
+  }
+  return "unknown";
+}
 
 absl::StatusOr<DoResult> Do(const Trace& trace, std::vector<Edit> edits, DoOptions options) {
   if (!trace.has_saved_values()) {
@@ -51,126 +371,9 @@ absl::StatusOr<DoResult> Do(const Trace& trace, std::vector<Edit> edits, DoOptio
         "CaptureOptions::save_activations = true (the default) to intervene on it");
   }
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
-
-  // Resolve and check every edit before changing anything.
-  absl::flat_hash_map<int, at::Tensor> edited;  // node index -> private copy of the value
-  for (const Edit& edit : edits) {
-    absl::StatusOr<const Op*> node = trace.Find(edit.label);
-    if (!node.ok()) return node.status();
-    const Op& op = **node;
-    if (!edit.value.defined()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("edit of ", op.label, ": the value is an undefined tensor"));
-    }
-    if (!op.out.defined()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("edit of ", op.label, ": the node has no tensor value to replace"));
-    }
-    if (edit.value.sizes() != op.out.sizes() || edit.value.scalar_type() != op.out.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat("edit of ", op.label, ": the value has ",
-                                                     Describe(edit.value), ", the node holds ",
-                                                     Describe(op.out)));
-    }
-    const int index = trace.IndexOf(&op);
-    if (edited.contains(index)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("two edits of ", op.label, "; give one value per node"));
-    }
-    edited.emplace(index, edit.value.detach().clone());
-  }
-
-  DoResult result{trace, {}, {}};
-  std::vector<Op>& ops = result.trace.mutable_ops();
-  const std::vector<Op>& original = trace.ops();
-  absl::flat_hash_map<absl::string_view, int> index_of;
-  for (size_t i = 0; i < original.size(); ++i) index_of.emplace(original[i].label, i);
-  std::vector<bool> changed(ops.size(), false);  // edited or re-executed
-
-  for (size_t i = 0; i < ops.size(); ++i) {
-    Op& op = ops[i];
-    if (auto it = edited.find(static_cast<int>(i)); it != edited.end()) {
-      op.out = it->second;
-      if (!op.outs.empty()) op.outs[0] = it->second;
-      changed[i] = true;
-      continue;
-    }
-    bool in_cone = false;
-    for (const std::string& parent : op.parents) {
-      auto it = index_of.find(parent);
-      if (it != index_of.end() && changed[it->second]) in_cone = true;
-    }
-    if (!in_cone || op.is_input()) continue;
-    changed[i] = true;
-
-    if (op.is_output()) {
-      const Op& producer = ops[index_of.at(op.parents[0])];
-      op.out = ValueOf(producer, OutputIndex(original[index_of.at(op.parents[0])], original[i]));
-      op.outs = {op.out};
-      continue;
-    }
-
-    if (op.is_buffer) {
-      // NOTE [Threading buffer state]
-      const Op& captured_producer = original[index_of.at(op.parents[0])];
-      const Op& producer = ops[index_of.at(op.parents[0])];
-      std::string gap;
-      if (op.buffer_write_kind == WriteKind::kFused) {
-        if (op.buffer_value_changed.value_or(true)) {
-          gap = absl::StrCat("a fused write by ", producer.label,
-                             " (the kernel updates the running statistics internally; its "
-                             "post-write state is not an output of the op)");
-        }
-      } else {
-        int certified = -1;
-        for (size_t k = 0; k < captured_producer.outs.size(); ++k) {
-          if (Identical(captured_producer.outs[k], original[i].out))
-            certified = static_cast<int>(k);
-        }
-        if (certified < 0) {
-          gap = absl::StrCat("its producer ", producer.label,
-                             " output is not the whole buffer (a write through a slice or "
-                             "view), so the post-write state cannot be recomputed");
-        } else {
-          op.out = ValueOf(producer, certified);
-          op.outs = {op.out};
-          result.reexecuted.push_back(op.label);
-          continue;
-        }
-      }
-      if (gap.empty()) {
-        changed[i] = false;  // value independent of the edit
-        continue;
-      }
-      const std::string message = absl::StrCat("buffer version ", op.label, " (", op.address, ":",
-                                               op.buffer_pass, ") keeps its captured value: ", gap,
-                                               "; the edit does not propagate through it");
-      if (options.strict) return absl::FailedPreconditionError(message);
-      result.warnings.push_back(Diagnostic{DiagnosticKind::kBufferThreadGap, op.label, message});
-      changed[i] = false;  // readers keep the captured state
-      continue;
-    }
-
-    // A compute op: re-execute from the fork's current values of its sources.
-    std::vector<c10::IValue> args = ReplayArguments(
-        op, [&](int, const ArgSource& source, const at::Tensor& saved) -> at::Tensor {
-          // A base written through a view (output -1) is not recomputed: README "Limitations".
-          if (source.kind != ArgSource::Kind::kNode || source.output_index < 0) return saved;
-          auto it = index_of.find(source.name);
-          if (it == index_of.end() || !changed[it->second]) return saved;
-          return ValueOf(ops[it->second], source.output_index);
-        });
-    op.creation_args = args;  // the fork's op ran on these: a fork of the fork replays them
-    absl::StatusOr<ReplayResult> replay = ReplayOp(op, std::move(args));
-    if (!replay.ok()) {
-      return absl::Status(replay.status().code(),
-                          absl::StrCat("re-executing ", op.label, ": ", replay.status().message()));
-    }
-    op.outs = std::move(replay->outputs);
-    op.out = op.outs.empty() ? at::Tensor() : op.outs[0];
-    result.reexecuted.push_back(op.label);
-  }
-  result.trace.Relink();
-  return result;
+  Intervention intervention(trace, options);
+  if (absl::Status status = intervention.Apply(edits, trace); !status.ok()) return status;
+  return intervention.Run();
 }
 
 }  // namespace torchlens

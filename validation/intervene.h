@@ -16,13 +16,28 @@
 //
 // NOTE [Threading buffer state]
 // A buffer version in the cone commits the recomputed post-write state, so later readers,
-// later in-place writes included, see the propagated value. Threading certifies itself: it
-// applies to kInplace and kReassign versions whose captured value equals their producer's
-// captured output (the producer wrote the whole buffer). Any other written version in the
-// cone (a slice write, whose producer's output is only part of the buffer; a fused write
-// whose value changed) keeps its captured value and yields a kBufferThreadGap diagnostic,
-// or, under DoOptions::strict, an error and no fork. A fused version whose value did not
-// change is not a gap: its value does not depend on the edit.
+// later in-place writes included, see the propagated value. Threading certifies itself:
+// a version takes its recomputed value only when recomputing it from the captured values
+// reproduces the captured version bit for bit (NOTE [Bitwise equality]):
+//   * kInplace and kReassign versions whose value is their producer's output (the
+//     producer wrote the whole buffer), which holds by construction;
+//   * writes through a slice or a permuted view, redone as alias writes (NOTE [Writes
+//     through aliases] in replay.h) from the previous version;
+//   * kFused versions (BatchNorm and InstanceNorm running statistics), whose producer,
+//     re-run from the previous version, yields the state after the call.
+// Every fused version in the cone is recomputed, also one whose value did not change at
+// capture (momentum 0 keeps the statistics, but an edited statistic is kept too). A
+// version that does not certify keeps its captured value and yields a kBufferThreadGap
+// diagnostic, or, under DoOptions::strict, an error and no fork.
+//
+// NOTE [Values that leave the graph]
+// Ops whose results are not tensors (`item`, `size`, comparisons read as a bool) hand
+// their value to code the trace does not see: to an `if`, or as a scalar argument of a
+// later op (BatchNorm with momentum None averages with 1 / num_batches_tracked through
+// `float(...)`). When such an op is re-executed and its non-tensor result differs from
+// the captured one, the ops that consumed that value cannot be found, so they keep what
+// they computed at capture: `Do` reports a kNonTensorGap naming the op (an error under
+// strict), rather than returning values that silently ignore the edit.
 #ifndef TORCHLENS_VALIDATION_INTERVENE_H_
 #define TORCHLENS_VALIDATION_INTERVENE_H_
 
@@ -32,6 +47,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "graph/trace.h"
 
 namespace torchlens {
@@ -39,17 +55,24 @@ namespace torchlens {
 struct Edit {
   std::string label;  // any key Trace::Find accepts: "relu_1_2:1", "b:1", "buffer_1:2"
   at::Tensor value;   // same shape and dtype as the node's value
+  int output = 0;     // which tensor output of the node (`Op::outs`), for ops with several
 };
 
 struct DoOptions {
-  bool strict = false;  // a buffer thread gap is an error
+  bool strict = false;  // any gap (a Diagnostic) is an error
 };
 
-enum class DiagnosticKind { kBufferThreadGap };
+enum class DiagnosticKind {
+  kBufferThreadGap,  // a buffer version in the cone kept its captured value
+  kNonTensorGap,     // a re-executed op's non-tensor result changed (NOTE [Values that leave the graph])
+  kAliasWriteGap,    // a tensor changed through a view kept its captured value
+};
+
+absl::string_view DiagnosticKindName(DiagnosticKind kind);  // "buffer_thread_gap", ...
 
 struct Diagnostic {
   DiagnosticKind kind;
-  std::string label;  // the buffer version
+  std::string label;  // the node where the edit stopped
   std::string message;
 };
 
@@ -60,9 +83,10 @@ struct DoResult {
 };
 
 // Errors, with nothing changed: kNotFound / kInvalidArgument for a label Find rejects;
-// kInvalidArgument for a value of the wrong shape or dtype, an undefined value, or two
-// edits of one node; kFailedPrecondition for a trace without saved values, or a thread gap
-// under strict; the replay error of a cone op that cannot be re-executed.
+// kInvalidArgument for a value of the wrong shape or dtype, an undefined value, an output
+// the node does not have, or two edits of one output; kFailedPrecondition for a trace
+// without saved values, or a gap under strict; the replay error of a cone op that cannot
+// be re-executed.
 absl::StatusOr<DoResult> Do(const Trace& trace, std::vector<Edit> edits, DoOptions options = {});
 
 }  // namespace torchlens

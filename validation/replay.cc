@@ -1,10 +1,13 @@
 #include "validation/replay.h"
 
+#include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -93,7 +96,38 @@ std::vector<c10::IValue> ReplayArguments(const Op& op, const ArgumentValue& valu
   return args;
 }
 
-absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> args) {
+at::Tensor TensorArgument(const std::vector<c10::IValue>& args, int index) {
+  at::Tensor found;
+  int i = 0;
+  for (const c10::IValue& arg : args) {
+    ForEachTensor(arg, [&](const at::Tensor& t) {
+      if (i++ == index) found = t;
+    });
+  }
+  return found;
+}
+
+namespace {
+
+// Elements [first, last + 1) of the storage that `geometry` can touch; empty when it has
+// no elements.
+std::pair<int64_t, int64_t> ElementRange(const TensorGeometry& geometry) {
+  int64_t last = geometry.storage_offset;
+  for (size_t d = 0; d < geometry.sizes.size(); ++d) {
+    if (geometry.sizes[d] == 0) return {geometry.storage_offset, geometry.storage_offset};
+    last += (geometry.sizes[d] - 1) * std::abs(geometry.strides[d]);
+  }
+  return {geometry.storage_offset, last + 1};
+}
+
+bool Fits(const TensorGeometry& geometry, const at::Tensor& value) {
+  return value.defined() && geometry.sizes.size() == geometry.strides.size() &&
+         value.sizes() == c10::IntArrayRef(geometry.sizes) && value.layout() == at::kStrided &&
+         !value.is_quantized();
+}
+
+// Runs the op on `args` as given, or on clones of what it writes (`clone_written`).
+absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bool clone_written) {
   absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
   if (!handle.ok()) return handle.status();
   const c10::FunctionSchema& schema = handle->schema();
@@ -111,7 +145,7 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
     const bool state = updating && IsStateArgument(*fused, static_cast<int>(i));
-    if ((alias != nullptr && alias->isWrite()) || state) {
+    if ((clone_written && alias != nullptr && alias->isWrite()) || state) {
       args[i] = MapTensors(
           args[i], [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; });
       if (state && args[i].isTensor()) {
@@ -146,6 +180,62 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
   }
   result.returns = std::move(stack);
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> args) {
+  return Run(op, std::move(args), /*clone_written=*/true);
+}
+
+absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& write,
+                                            std::vector<c10::IValue> args,
+                                            const at::Tensor& before) {
+  // NOTE [Writes through aliases]
+  if (write.written_tensor < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not replayable: ", op.label,
+        " changed the tensor through writes that are not one argument's (a nested kernel's "
+        "write, or several arguments on the same bytes)"));
+  }
+  const at::Tensor written = TensorArgument(args, write.written_tensor);
+  if (!Fits(write.written, written) || !Fits(write.aliased, before) ||
+      written.scalar_type() != before.scalar_type()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not replayable: the write of ", op.label,
+        " through an alias is recorded with geometries that do not fit its saved values "
+        "(another dtype, layout or shape)"));
+  }
+  const auto [written_first, written_end] = ElementRange(write.written);
+  const auto [aliased_first, aliased_end] = ElementRange(write.aliased);
+  const int64_t first = std::min(written_first, aliased_first);
+  const int64_t end = std::max(written_end, aliased_end);
+  c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
+  at::Tensor region;
+  at::Tensor written_place;
+  at::Tensor aliased_place;
+  try {
+    region = at::zeros({end - first}, before.options());
+    written_place =
+        region.as_strided(write.written.sizes, write.written.strides, write.written.storage_offset - first);
+    aliased_place =
+        region.as_strided(write.aliased.sizes, write.aliased.strides, write.aliased.storage_offset - first);
+    written_place.copy_(written);
+    aliased_place.copy_(before);
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not replayable: cannot lay out the write of ", op.label, " through an alias: ",
+        FirstLine(e.what())));
+  }
+  int index = 0;
+  for (c10::IValue& arg : args) {
+    arg = MapTensors(arg, [&](const at::Tensor& t) {
+      return index++ == write.written_tensor ? written_place : t;
+    });
+  }
+  absl::StatusOr<ReplayResult> result = Run(op, std::move(args), /*clone_written=*/false);
+  if (!result.ok()) return result.status();
+  return aliased_place.clone();
 }
 
 }  // namespace torchlens

@@ -10,6 +10,18 @@
 //
 // Ops that consume randomness run under the generator state saved at capture time
 // (`Op::rng_state`); the thread's generator state is restored afterwards.
+//
+// NOTE [Writes through aliases]
+// An op that writes a tensor changes every tensor sharing those bytes: the base of a view
+// it wrote, the views of a base it wrote, a buffer written through a slice or a permuted
+// view (`AliasWrite` in graph/trace.h). Replay redoes such a write in private memory. A
+// region of the storage's dtype spans both tensors' places (their geometries are
+// recorded in elements of the shared storage); it receives the written argument's value
+// before the write, then the changed tensor's value before it, so that where they share
+// bytes the changed tensor's own value stands. The op then runs on the written argument's
+// place in the region, and the changed tensor is read back from its place. Validation
+// compares the result with the captured value, and an intervention computes the changed
+// tensor's new value the same way, so the two agree on what a write through a view does.
 #ifndef TORCHLENS_VALIDATION_REPLAY_H_
 #define TORCHLENS_VALIDATION_REPLAY_H_
 
@@ -46,8 +58,20 @@ std::vector<c10::IValue> ReplayArguments(const Op& op, const ArgumentValue& valu
 // no generator state was saved.
 absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> args);
 
+// The value after `op` of the tensor `write` describes (one of `op.alias_writes`), with
+// `args` the op's arguments (as ReplayArguments builds them) and `before` that tensor's
+// value before the op. See NOTE [Writes through aliases]. kFailedPrecondition when the
+// write is not one argument's (written_tensor < 0) or the geometries do not fit the
+// values; otherwise as ReplayOp.
+absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& write,
+                                            std::vector<c10::IValue> args,
+                                            const at::Tensor& before);
+
 // Whether the op consumes randomness (tagged nondeterministic_seeded or takes a Generator).
 bool ConsumesRandomness(const Op& op);
+
+// The tensor at `index` (ForEachTensor order) of `args`, or an undefined tensor.
+at::Tensor TensorArgument(const std::vector<c10::IValue>& args, int index);
 
 }  // namespace torchlens
 

@@ -6,7 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,9 +19,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "graph/dead_nodes.h"
 #include "graph/fused_mutators.h"
 #include "graph/ivalue_tensors.h"
 #include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
 #include "validation/replay.h"
 
 namespace torchlens {
@@ -43,6 +46,7 @@ constexpr OpArgument kShapeOnlyArguments[] = {
     {"aten::view_as", 1},       {"aten::reshape_as", 1}, {"aten::type_as", 1},
     {"aten::to", 1},  // to.other: the second tensor gives only dtype and device
     {"aten::copy_", 0},         {"aten::fill_", 0},      {"aten::zero_", 0},
+    {"aten::set_", 0},
     {"aten::normal_", 0},       {"aten::uniform_", 0},   {"aten::random_", 0},
     {"aten::exponential_", 0},  {"aten::cauchy_", 0},    {"aten::log_normal_", 0},
     {"aten::geometric_", 0},    {"aten::bernoulli_", 0},
@@ -147,6 +151,8 @@ bool ZeroedByAnotherArgument(const Op& op, const std::vector<at::Tensor>& saved,
 //   * clamp with min == max returns that value whatever the input;
 //   * index_put without accumulation whose indices cover every element of the destination
 //     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor);
+//   * where and masked_fill whose condition never selects the argument (a threshold guard
+//     that did not fire: `where(|x| > 100, x, 0)` with every |x| below 100) ignore it;
 //   * torchvision's nms that kept every box returned the boxes in score order, which the
 //     boxes did not decide; with at most one box, neither boxes nor scores decide anything
 //     (detection heads run it per class, often on one box).
@@ -161,8 +167,8 @@ constexpr IndexingOp kIndexingOps[] = {
 };
 
 bool Uniform(const at::Tensor& t) {
-  return t.defined() && t.numel() > 0 && !t.is_complex() &&
-         at::equal(t, at::full_like(t, t.flatten()[0].item()));
+  return t.defined() && t.numel() > 0 && !t.is_complex() && t.layout() == at::kStrided &&
+         !t.is_quantized() && (t == t.flatten()[0].item()).all().item<bool>();
 }
 
 bool DataDependentlyExempt(const Op& op, const std::vector<at::Tensor>& saved,
@@ -181,6 +187,22 @@ bool DataDependentlyExempt(const Op& op, const std::vector<at::Tensor>& saved,
       result.outputs.size() == 1 && result.outputs[0].defined()) {
     const int64_t boxes = saved[1].numel();
     return boxes <= 1 || (only(0) && result.outputs[0].numel() == boxes);
+  }
+  // where(condition, self, other) and masked_fill(self, mask, value): a branch that the
+  // condition never selects (a guard that did not fire) cannot change the output.
+  if (op.func_name == "aten::where" && saved.size() == 3 && saved[0].defined() &&
+      saved[0].scalar_type() == at::kBool) {
+    const bool reads_self = std::find(parent_indexes.begin(), parent_indexes.end(), 1) !=
+                            parent_indexes.end();
+    const bool reads_other = std::find(parent_indexes.begin(), parent_indexes.end(), 2) !=
+                             parent_indexes.end();
+    const bool reads_condition = std::find(parent_indexes.begin(), parent_indexes.end(), 0) !=
+                                 parent_indexes.end();
+    if (reads_condition || reads_self == reads_other) return false;
+    return reads_self ? !saved[0].any().item<bool>() : saved[0].all().item<bool>();
+  }
+  if (op.func_name == "aten::masked_fill" && only(0) && saved.size() >= 2 && saved[1].defined()) {
+    return saved[1].all().item<bool>();
   }
   if (op.func_name == "aten::clamp" && only(0) && op.creation_args.size() >= 3 &&
       op.creation_args[1].isScalar() && op.creation_args[2].isScalar()) {
@@ -201,20 +223,8 @@ bool DataDependentlyExempt(const Op& op, const std::vector<at::Tensor>& saved,
   return false;
 }
 
-// Whether two tensors hold the same bits in the same shape and dtype. Contiguous CPU
-// tensors compare as bytes: memcmp stops at the first difference, is vectorized, and
-// takes NaNs in the same places as equal (at::equal does neither).
-bool BitIdentical(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
-  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
-  if (a.is_contiguous() && b.is_contiguous() && a.device().is_cpu() && b.device().is_cpu() &&
-      a.layout() == at::kStrided && b.layout() == at::kStrided && !a.is_quantized()) {
-    return a.numel() == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-  }
-  return at::equal(a, b);
-}
-
-// nullopt when `actual` is bit-identical to `expected`; otherwise what differs.
+// nullopt when `actual` is bit-identical to `expected` (NOTE [Bitwise equality]);
+// otherwise what differs. Never throws.
 std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected) {
   if (BitIdentical(actual, expected)) return std::nullopt;
   if (!actual.defined() || !expected.defined()) {
@@ -228,52 +238,135 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
     return absl::StrCat("dtype ", c10::toString(actual.scalar_type()), " instead of ",
                         c10::toString(expected.scalar_type()));
   }
-  if (actual.is_floating_point() || actual.is_complex()) {
-    const at::Tensor diff = (actual.to(at::kDouble) - expected.to(at::kDouble)).abs();
-    const at::Tensor finite = at::where(at::isnan(diff), at::zeros_like(diff), diff);
-    if (finite.max().item<double>() == 0 && !at::isnan(diff).any().item<bool>()) {
-      return std::string("equal values, different bits (signed zeros or NaN payloads)");
-    }
-    return absl::StrFormat("max abs difference %.6g%s", finite.max().item<double>(),
-                           at::isnan(diff).any().item<bool>() ? " (and NaN placement)" : "");
+  if (actual.layout() != expected.layout() || actual.is_quantized() != expected.is_quantized()) {
+    return std::string("another layout");
   }
-  return absl::StrCat((actual != expected).sum().item<int64_t>(), " of ", actual.numel(),
-                      " elements differ");
+  try {
+    const at::Tensor a = actual.is_quantized() ? actual.dequantize() : actual.to_dense();
+    const at::Tensor b = expected.is_quantized() ? expected.dequantize() : expected.to_dense();
+    if (a.is_floating_point() || a.is_complex()) {
+      const at::Tensor diff = (a.to(at::kDouble) - b.to(at::kDouble)).abs();
+      const at::Tensor finite = at::where(at::isnan(diff), at::zeros_like(diff), diff);
+      const bool nan_placement = at::isnan(diff).any().item<bool>();
+      if (finite.max().item<double>() == 0 && !nan_placement) {
+        return std::string("equal values, different bits (signed zeros or NaN payloads)");
+      }
+      return absl::StrFormat("max abs difference %.6g%s", finite.max().item<double>(),
+                             nan_placement ? " (and NaN placement)" : "");
+    }
+    return absl::StrCat((a != b).sum().item<int64_t>(), " of ", a.numel(), " elements differ");
+  } catch (const std::exception&) {
+    return std::string("different values");
+  }
 }
 
-// The `attempt`-th perturbation of a saved value (0, 1, 2), cheapest first; the op must
-// react to one of them. Every element changes in each.
-at::Tensor Perturbation(const at::Tensor& value, size_t attempt, at::Generator& generator) {
-  if (value.scalar_type() == at::kBool) return at::logical_not(value);
-  if (value.is_floating_point() || value.is_complex()) {
+// NOTE [Perturbations that can prove]
+// Perturbing a parent proves an edge only when the op's output changes. Most ops react to
+// the first cheap perturbation (every element changed). Ops that test their input (a
+// comparison against a threshold, isnan, any) or that see NaN (where every arithmetic
+// perturbation stays NaN) may not, although they depend on it: for them a second round
+// tries values chosen without looking at the old ones (extremes, NaN, infinities, one
+// element changed, all true or all false). An edge that none of these changes is a
+// failure, except for a predicate or a parent holding non-finite values, where the
+// perturbations cannot be shown to reach the op's decision: such edges are reported as
+// unproved, never as failures.
+constexpr int kArithmeticPerturbations = 3;
+
+// The `attempt`-th perturbation of a saved value, cheapest first; nullopt when there are
+// no more.
+std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
+                                       at::Generator& generator) {
+  const bool floating = value.is_floating_point() || value.is_complex();
+  if (value.scalar_type() == at::kBool) {
     switch (attempt) {
       case 0:
-        return at::rsub(value, -1.0);  // -1 - value, one kernel
+        return at::logical_not(value);
       case 1:
-        return value + 1000.0 * (value.abs().max().item<double>() + 1.0);
+        return at::ones_like(value);
+      case 2:
+        return at::zeros_like(value);
+      case 3: {
+        at::Tensor flipped = value.clone();
+        flipped.view({-1})[0] = !value.reshape({-1})[0].item<bool>();
+        return flipped;
+      }
       default:
-        return at::randn(value.sizes(), generator, value.options()) *
-               (3.0 * (value.abs().max().item<double>() + 1.0));
+        return std::nullopt;
     }
   }
-  switch (attempt) {
+  if (attempt < kArithmeticPerturbations) {
+    const double magnitude = floating ? value.abs().max().item<double>() + 1.0 : 0.0;
+    switch (attempt) {
+      case 0:
+        return floating ? at::rsub(value, -1.0) : value + 1;  // -1 - value, one kernel
+      case 1:
+        return floating ? value + 1000.0 * magnitude : value - 1;
+      default:
+        return floating ? at::randn(value.sizes(), generator, value.options()) * (3.0 * magnitude)
+                        : -value;
+    }
+  }
+  // NOTE [Perturbations that can prove]: values that do not depend on the old ones.
+  switch (attempt - kArithmeticPerturbations) {
     case 0:
-      return value + 1;
+      return at::zeros_like(value);
     case 1:
-      return value - 1;
+      return at::ones_like(value);
+    case 2: {
+      at::Tensor changed = value.clone();
+      changed.view({-1})[0] = floating ? -1.0 - value.reshape({-1})[0].item<double>()
+                                       : value.reshape({-1})[0].item<double>() + 1.0;
+      return changed;
+    }
+    case 3:
+      return floating ? at::randn(value.sizes(), generator, value.options())
+                      : at::full_like(value, -1);
+    case 4:
+      return floating ? at::full_like(value, std::numeric_limits<double>::infinity())
+                      : at::full_like(value, 2);
+    case 5:
+      if (floating) return at::full_like(value, -std::numeric_limits<double>::infinity());
+      return std::nullopt;
+    case 6:
+      if (floating) return at::full_like(value, std::numeric_limits<double>::quiet_NaN());
+      return std::nullopt;
+    case 7:
+      if (floating) return at::full_like(value, 1e30);
+      return std::nullopt;
     default:
-      return -value;
+      return std::nullopt;
   }
 }
 
-// Whether the op's first return aliases an argument (select, slice, view, expand, ...).
-bool ReturnsView(const Op& op) {
-  if (!op.is_compute()) return false;
-  c10::optional<c10::OperatorHandle> handle =
-      c10::Dispatcher::singleton().findSchema({op.func_name, op.overload_name});
-  if (!handle.has_value() || handle->schema().returns().empty()) return false;
-  const c10::AliasInfo* alias = handle->schema().returns()[0].alias_info();
-  return alias != nullptr && !alias->isWrite();
+// Ops that decide rather than compute: their output may legitimately not react to any
+// perturbation tried (NOTE [Perturbations that can prove]).
+constexpr absl::string_view kPredicates[] = {
+    "aten::eq",         "aten::ne",          "aten::lt",         "aten::le",
+    "aten::gt",         "aten::ge",          "aten::isnan",      "aten::isinf",
+    "aten::isfinite",   "aten::isposinf",    "aten::isneginf",   "aten::any",
+    "aten::all",        "aten::logical_and", "aten::logical_or", "aten::logical_xor",
+    "aten::logical_not", "aten::sign",       "aten::signbit",    "aten::is_nonzero",
+    "aten::equal",      "aten::allclose",    "aten::isclose",    "aten::argmax",
+    "aten::argmin",
+};
+
+bool Predicate(const Op& op) {
+  for (absl::string_view name : kPredicates) {
+    if (name == op.func_name) return true;
+  }
+  return false;
+}
+
+bool AllFinite(const at::Tensor& t) {
+  try {
+    if (!t.defined() || t.numel() == 0 || t.layout() != at::kStrided || t.is_quantized() ||
+        !(t.is_floating_point() || t.is_complex())) {
+      return true;
+    }
+    return at::isfinite(t).all().item<bool>();
+  } catch (const std::exception&) {
+    return true;
+  }
 }
 
 // Whether two runs of an op returned the same: tensors bit for bit, other values (the
@@ -289,6 +382,8 @@ bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
   return true;
 }
 
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 class Validator {
  public:
   explicit Validator(const Trace& trace)
@@ -298,16 +393,27 @@ class Validator {
 
   ValidationReport Run() {
     for (const Op& op : trace_.ops()) {
-      if (op.is_compute()) {
-        CheckOp(op);
-      } else if (op.is_output()) {
-        CheckOutput(op);
+      // A kernel that cannot run on what it saved (a sparse, meta or quantized tensor an
+      // op does not accept) is a verdict on that op, never an exception out of validation.
+      try {
+        if (op.is_compute()) {
+          CheckOp(op);
+        } else if (op.is_output()) {
+          CheckOutput(op);
+        }
+      } catch (const std::exception& e) {
+        Fail(op, absl::StrCat("not checkable: ", FirstLine(e.what())));
       }
     }
     for (const Op& op : trace_.ops()) {
-      if (op.is_buffer) CheckBufferVersion(op);
+      if (!op.is_buffer) continue;
+      try {
+        CheckBufferVersion(op);
+      } catch (const std::exception& e) {
+        Fail(op, absl::StrCat("not checkable: ", FirstLine(e.what())));
+      }
     }
-    CheckReachability();
+    FindDeadNodes();
     report_.passed = report_.failures.empty();
     return std::move(report_);
   }
@@ -331,49 +437,62 @@ class Validator {
     return tensors;
   }
 
+  static std::vector<c10::IValue> PlainArguments(const Op& op) {
+    return ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
+  }
+
+  // The value of `source` in this trace, or nullopt naming why there is none.
+  const at::Tensor* SourceValue(const ArgSource& source) const {
+    const Op* node = Node(source.name);
+    if (node == nullptr) return nullptr;
+    return &OutputValue(*node, source.output_index);
+  }
+
   void CheckOp(const Op& op) {
     ++report_.ops_checked;
-    // Edges: the parents are the argument sources, and each argument is its parent's value.
-    std::vector<std::string> from_arguments;
-    for (const ArgSource& source : op.arg_sources) {
-      if (source.kind == ArgSource::Kind::kNode &&
-          std::find(from_arguments.begin(), from_arguments.end(), source.name) ==
-              from_arguments.end()) {
-        from_arguments.push_back(source.name);
+    // Edges: the parents are the argument sources, then the earlier values of the tensors
+    // the op changed through aliases; each argument is its parent's value.
+    std::vector<std::string> expected_parents;
+    auto add_parent = [&](const std::string& label) {
+      if (std::find(expected_parents.begin(), expected_parents.end(), label) ==
+          expected_parents.end()) {
+        expected_parents.push_back(label);
       }
+    };
+    for (const ArgSource& source : op.arg_sources) {
+      if (source.kind == ArgSource::Kind::kNode) add_parent(source.name);
     }
-    if (from_arguments != op.parents) {
+    for (const AliasWrite& write : op.alias_writes) {
+      if (write.before.kind == ArgSource::Kind::kNode) add_parent(write.before.name);
+    }
+    if (expected_parents != op.parents) {
       Fail(op, absl::StrCat("wrong parents: the graph names [", absl::StrJoin(op.parents, ", "),
-                            "] but the arguments came from [", absl::StrJoin(from_arguments, ", "),
+                            "] but the arguments came from [", absl::StrJoin(expected_parents, ", "),
                             "]"));
     }
     const std::vector<at::Tensor> saved = SavedArguments(op);
     for (size_t i = 0; i < op.arg_sources.size() && i < saved.size(); ++i) {
       const ArgSource& source = op.arg_sources[i];
       if (source.kind != ArgSource::Kind::kNode) continue;
-      const Op* parent = Node(source.name);
-      if (parent == nullptr) {
+      const at::Tensor* parent_value = SourceValue(source);
+      if (parent_value == nullptr) {
         Fail(op, absl::StrCat("wrong parent: argument ", i, " names unknown node ", source.name));
         continue;
       }
-      if (source.output_index < 0) continue;  // NOTE [Writes through views]: not an output
-      const at::Tensor parent_value = source.output_index < static_cast<int>(parent->outs.size())
-                                          ? parent->outs[source.output_index]
-                                          : parent->out;
-      if (parent_value.defined() &&
-          saved[i].unsafeGetTensorImpl() == parent_value.unsafeGetTensorImpl()) {
+      if (parent_value->defined() &&
+          saved[i].unsafeGetTensorImpl() == parent_value->unsafeGetTensorImpl()) {
         continue;
       }
-      if (std::optional<std::string> diff = Difference(saved[i], parent_value)) {
-        Fail(op, absl::StrCat("wrong parent: argument ", i, " is not the saved output of ",
+      if (std::optional<std::string> diff = Difference(saved[i], *parent_value)) {
+        Fail(op, absl::StrCat("wrong parent: argument ", i, " is not the saved ",
+                              source.output_index < 0 ? "value after the alias write of "
+                                                      : "output of ",
                               source.name, " (", *diff, ")"));
       }
     }
 
     // Replay.
-    std::vector<c10::IValue> args =
-        ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
-    absl::StatusOr<ReplayResult> replay = ReplayOp(op, args);
+    absl::StatusOr<ReplayResult> replay = ReplayOp(op, PlainArguments(op));
     if (!replay.ok()) {
       Fail(op, replay.status().message());
       return;
@@ -396,8 +515,49 @@ class Validator {
         Fail(op, absl::StrCat("value mismatch on output ", k, " (", *diff, ")"));
       }
     }
+    CheckAliasWrites(op);
     CheckFusedTransitions(op, *replay);
     if (!Uninitialized(op)) CheckPerturbations(op, *replay);
+  }
+
+  // NOTE [Writes through aliases]: each tensor the op changed through an alias must be
+  // what redoing the write on its earlier value gives.
+  void CheckAliasWrites(const Op& op) {
+    for (size_t k = 0; k < op.alias_writes.size(); ++k) {
+      const AliasWrite& write = op.alias_writes[k];
+      const at::Tensor* before = SourceValue(write.before);
+      const Op* changed = BufferChangedBy(op, -static_cast<int>(k) - 1);
+      const std::string& name = changed != nullptr ? changed->label : write.before.name;
+      if (before == nullptr) {
+        Fail(op, absl::StrCat("alias write ", k, " names unknown node ", write.before.name));
+        continue;
+      }
+      absl::StatusOr<at::Tensor> after = ReplayAliasWrite(op, write, PlainArguments(op), *before);
+      if (!after.ok()) {
+        // A write that replay cannot redo is a state transition it cannot prove.
+        report_.state_transition_only.push_back(changed != nullptr ? changed->label : op.label);
+        continue;
+      }
+      if (std::optional<std::string> diff = Difference(*after, write.value)) {
+        Fail(changed != nullptr ? *changed : op,
+             absl::StrCat("the value written through an alias by ", op.label, " into ", name,
+                          " differs from redoing the write on ", write.before.name, " (", *diff,
+                          ")"));
+      }
+    }
+  }
+
+  // The buffer version whose source is output `output_index` of `op`, if any.
+  const Op* BufferChangedBy(const Op& op, int output_index) const {
+    for (const std::string& child : op.children) {
+      const Op* version = Node(child);
+      if (version != nullptr && version->is_buffer && !version->arg_sources.empty() &&
+          version->arg_sources[0].name == op.label &&
+          version->arg_sources[0].output_index == output_index) {
+        return version;
+      }
+    }
+    return nullptr;
   }
 
   // NOTE [Fused buffer writes]: the re-run from the previous version's state must produce
@@ -451,9 +611,7 @@ class Validator {
       return;
     }
     const FusedMutator* fused = FindFusedMutator(op.func_name);
-    const std::vector<c10::IValue> plain =
-        ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
-    const bool updating = fused != nullptr && UpdatesState(*fused, plain);
+    const bool updating = fused != nullptr && UpdatesState(*fused, PlainArguments(op));
     // Tensor indexes that are fused state arguments.
     absl::flat_hash_set<int> state_tensors;
     if (updating) {
@@ -479,23 +637,54 @@ class Validator {
       if (indexes.empty()) continue;
       if (ZeroedByAnotherArgument(op, saved, indexes)) continue;
       bool empty = true;
-      for (int i : indexes)
-        empty = empty && (i >= static_cast<int>(saved.size()) || saved[i].numel() == 0);
+      bool finite = true;
+      std::string unperturbable;
+      for (int i : indexes) {
+        if (i >= static_cast<int>(saved.size())) continue;
+        const at::Tensor& value = saved[i];
+        empty = empty && value.numel() == 0;
+        finite = finite && AllFinite(value);
+        if (value.layout() != at::kStrided || value.is_quantized() || value.is_meta()) {
+          unperturbable = value.is_quantized() ? "quantized" : value.is_meta() ? "meta" : "sparse";
+        }
+      }
       if (empty) continue;
+      if (!unperturbable.empty()) {
+        report_.unproved.push_back(absl::StrCat(op.label, " <- ", parent, ": ", unperturbable,
+                                                " values cannot be perturbed"));
+        continue;
+      }
       bool reacted = false;
-      for (size_t attempt = 0; attempt < 3 && !reacted; ++attempt) {
-        std::vector<c10::IValue> args =
-            ReplayArguments(op, [&](int index, const ArgSource&, const at::Tensor& value) {
-              if (std::find(indexes.begin(), indexes.end(), index) == indexes.end()) return value;
-              return Perturbation(value, attempt, generator_);
-            });
+      for (int attempt = 0; !reacted; ++attempt) {
+        std::vector<c10::IValue> args;
+        bool exhausted = false;
+        args = ReplayArguments(op, [&](int index, const ArgSource&, const at::Tensor& value) {
+          if (exhausted ||
+              std::find(indexes.begin(), indexes.end(), index) == indexes.end()) {
+            return value;
+          }
+          std::optional<at::Tensor> perturbed = Perturbation(value, attempt, generator_);
+          if (!perturbed.has_value()) {
+            exhausted = true;
+            return value;
+          }
+          return *perturbed;
+        });
+        if (exhausted) break;
         absl::StatusOr<ReplayResult> perturbed = ReplayOp(op, std::move(args));
         // An op that rejects the perturbed value depends on it too.
         reacted = !perturbed.ok() || !SameReturns(*perturbed, unperturbed);
       }
       if (reacted) {
         ++report_.perturbations_checked;
-      } else if (!DataDependentlyExempt(op, saved, indexes, unperturbed)) {  // NOTE [Data-dependent exemptions]
+      } else if (DataDependentlyExempt(op, saved, indexes, unperturbed)) {
+        // NOTE [Data-dependent exemptions]
+      } else if (Predicate(op) || !finite) {
+        // NOTE [Perturbations that can prove]
+        report_.unproved.push_back(absl::StrCat(
+            op.label, " <- ", parent, ": no perturbation tried changes the output (",
+            !finite ? "the parent holds NaN or infinite values" : "the op is a predicate", ")"));
+      } else {
         Fail(op, absl::StrCat("perturbing parent ", parent, " does not change the output"));
       }
     }
@@ -512,15 +701,18 @@ class Validator {
       Fail(op, absl::StrCat("wrong parent: unknown node ", op.parents[0]));
       return;
     }
-    // NOTE [Writes through views]: a base its parent wrote through a view is none of the
-    // parent's outputs (postprocessing that scales `boxes[:, 0]` in place returns `boxes`).
-    if (!op.arg_sources.empty() && op.arg_sources[0].output_index < 0) return;
-    std::vector<at::Tensor> candidates = parent->outs;
-    if (candidates.empty()) candidates.push_back(parent->out);
+    std::vector<at::Tensor> candidates;
+    if (!op.arg_sources.empty()) {
+      candidates.push_back(OutputValue(*parent, op.arg_sources[0].output_index));
+    } else {
+      candidates = parent->outs;
+      if (candidates.empty()) candidates.push_back(parent->out);
+    }
     for (const at::Tensor& candidate : candidates) {
       if (!Difference(op.out, candidate).has_value()) return;
     }
-    Fail(op, absl::StrCat("wrong parent: the output is not a saved output of ", parent->label));
+    Fail(op, absl::StrCat("wrong parent: the output is not the saved value of ", parent->label,
+                          " it names"));
   }
 
   void CheckBufferVersion(const Op& version) {
@@ -530,6 +722,7 @@ class Validator {
       return;
     }
     if (!version.buffer_write_kind.has_value()) {
+      // NOTE [Independent initial values]
       ++report_.ops_checked;
       if (std::optional<std::string> diff = Difference(version.out, buffer->second.initial_value)) {
         Fail(version, absl::StrCat("a read of the initial value of ", version.address,
@@ -551,57 +744,34 @@ class Validator {
       }
       return;
     }
-    std::vector<at::Tensor> candidates = producer->outs;
-    if (candidates.empty()) candidates.push_back(producer->out);
-    bool full_buffer = false;
-    for (const at::Tensor& candidate : candidates) {
-      if (!candidate.defined() || candidate.sizes() != version.out.sizes()) continue;
-      full_buffer = true;
-      if (!Difference(version.out, candidate).has_value()) {
-        ++report_.ops_checked;
-        return;
-      }
-    }
-    if (full_buffer && version.buffer_write_kind != WriteKind::kFused) {
-      Fail(version, absl::StrCat("the written value of ", version.address,
-                                 " is not the output of its producer ", producer->label, " (",
-                                 *Difference(version.out, candidates.front()), ")"));
+    if (version.buffer_write_kind == WriteKind::kFused) {
+      // Written inside a kernel that is not a known fused mutator: nothing re-runs it.
+      report_.state_transition_only.push_back(version.label);
       return;
     }
-    // The producer's output is only part of the buffer (a slice write), or a fused write
-    // made inside a kernel that is not a known fused mutator.
-    report_.state_transition_only.push_back(version.label);
+    const int output = version.arg_sources.empty() ? 0 : version.arg_sources[0].output_index;
+    if (output < 0) {
+      const size_t k = static_cast<size_t>(-(output + 1));
+      if (k >= producer->alias_writes.size()) {
+        Fail(version, absl::StrCat("names alias write ", k, " of ", producer->label,
+                                   ", which has ", producer->alias_writes.size()));
+        return;
+      }
+      if (producer->alias_writes[k].written_tensor < 0) return;  // listed by CheckAliasWrites
+    }
+    const at::Tensor& written = OutputValue(*producer, output);
+    if (std::optional<std::string> diff = Difference(version.out, written)) {
+      Fail(version, absl::StrCat("the written value of ", version.address, " is not ",
+                                 output < 0 ? "what " : "the output of ", producer->label,
+                                 output < 0 ? " wrote through an alias" : "", " (", *diff, ")"));
+      return;
+    }
+    ++report_.ops_checked;
   }
 
-  void CheckReachability() {
-    std::vector<const Op*> frontier;
-    absl::flat_hash_set<const Op*> reached;
-    for (const Op& op : trace_.ops()) {
-      const bool sink = op.is_output() || (op.is_buffer && op.buffer_write_kind.has_value()) ||
-                        (op.is_compute() && op.outs.empty());
-      if (sink && reached.insert(&op).second) frontier.push_back(&op);
-    }
-    while (!frontier.empty()) {
-      const Op* op = frontier.back();
-      frontier.pop_back();
-      for (const std::string& label : op->parents) {
-        const Op* parent = Node(label);
-        if (parent != nullptr && reached.insert(parent).second) frontier.push_back(parent);
-      }
-    }
-    for (const Op& op : trace_.ops()) {
-      // A view nobody reads computed nothing: its result was at most inspected for its
-      // shape by code the dispatcher does not see (`x[0].shape`). Neither did an op whose
-      // outputs are all empty (a detection head run on zero boxes, whose results only a
-      // loop over the boxes would read).
-      const bool computed_nothing =
-          !op.outs.empty() && std::all_of(op.outs.begin(), op.outs.end(), [](const at::Tensor& t) {
-            return t.defined() && t.numel() == 0;
-          });
-      if (!op.is_input() && !reached.contains(&op) && !ReturnsView(op) && !computed_nothing) {
-        Fail(op, "unreachable: not an ancestor of any output or buffer write");
-      }
-    }
+  // Dead computation (graph/dead_nodes.h) was checked like every node; it is only listed.
+  void FindDeadNodes() {
+    for (int index : DeadNodes(trace_)) report_.dead.push_back(trace_.ops()[index].label);
   }
 
   const Trace& trace_;
@@ -621,6 +791,18 @@ absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace) {
   }
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
   return Validator(trace).Run();
+}
+
+std::string ValidationReportToJson(const ValidationReport& report) {
+  nlohmann::ordered_json json;
+  json["passed"] = report.passed;
+  json["ops_checked"] = report.ops_checked;
+  json["failures"] = report.failures;
+  json["dead"] = report.dead;
+  json["state_transition_only"] = report.state_transition_only;
+  json["perturbations_checked"] = report.perturbations_checked;
+  json["unproved"] = report.unproved;
+  return json.dump();
 }
 
 }  // namespace torchlens

@@ -16,13 +16,19 @@
 //     the exemptions listed in validate.cc (arguments an op reads only for their shape,
 //     fused mutators' running statistics, empty tensors, and data-dependent cases the
 //     saved values prove).
-//   * buffers: a read version holds the buffer's initial value; a full-buffer kInplace or
-//     kReassign version equals its producer's output; a kFused version equals re-running
-//     the producer from the previous version (on clones). Slice writes, whose producer
-//     output is only part of the buffer, are state-transition-only (listed, not failed).
-//   * reachability: every node but the inputs is an ancestor of an output, a buffer write,
-//     or an op whose results leave the graph as non-tensors (`item`, comparisons feeding
-//     control flow); unread views and ops with only empty outputs are exempt.
+//   * buffers: a read version holds the buffer's initial value (an independent copy); a
+//     kInplace or kReassign version equals the value its producer gave it (an output, or
+//     the buffer after a write through a slice or view, redone as an alias write); a
+//     kFused version equals re-running the producer from the previous version (on clones).
+//   * alias writes: a tensor an op changed through a view or a base of what it wrote
+//     (graph/trace.h AliasWrite) equals redoing the write on its earlier value (replay.h).
+//   * dead computation: nodes that no output, buffer write or non-tensor result depends
+//     on (a value the model computes and discards) are checked like every other node and
+//     listed in `dead`; they are never failures.
+// Perturbation reports an edge it could not prove (a predicate or NaN data that no
+// perturbation tried changes, values that cannot be perturbed) in `unproved`, not as a
+// failure; an edge is a failure only when none of the perturbations changed an op that
+// computes (NOTE [Perturbations that can prove] in validate.cc).
 #ifndef TORCHLENS_VALIDATION_VALIDATE_H_
 #define TORCHLENS_VALIDATION_VALIDATE_H_
 
@@ -38,13 +44,23 @@ struct ValidationReport {
   bool passed = false;
   int ops_checked = 0;
   std::vector<std::string> failures;  // one line per failed op, naming its label and why
-  // Buffer versions validated only as state transitions (slice writes).
+  // Labels of nodes no output or buffer write depends on: replayed and value-checked,
+  // never failures.
+  std::vector<std::string> dead;
+  // Labels of writes replay cannot redo, validated only as state transitions (a write
+  // made inside a kernel that is not a known fused mutator, or by several arguments).
   std::vector<std::string> state_transition_only;
   int perturbations_checked = 0;  // parents whose perturbation changed the op's output
+  // "op <- parent: why" for edges no perturbation could prove (never failures).
+  std::vector<std::string> unproved;
 };
 
 // kFailedPrecondition for a trace captured without saved values.
 absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace);
+
+// The report as a JSON object with the fields above ("passed", "ops_checked", "failures",
+// "dead", "state_transition_only", "perturbations_checked", "unproved").
+std::string ValidationReportToJson(const ValidationReport& report);
 
 }  // namespace torchlens
 

@@ -77,12 +77,18 @@ TEST(ValidateTest, TensorWrittenThroughAViewIsSavedAfterTheWrite) {
   EXPECT_EQ(at::count_nonzero(mul->creation_args[0].toTensor()).item<int64_t>(), 6);
 }
 
-TEST(ValidateTest, SliceWritesAreStateTransitionOnly) {
-  const Trace trace = Capture("slice_copy");
+TEST(ValidateTest, SliceWritesAreRedoneFromThePreviousVersion) {
+  Trace trace = Capture("slice_copy");
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_TRUE(report->passed);
-  EXPECT_THAT(report->state_transition_only, ElementsAre("buffer_1:2"));
+  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  EXPECT_THAT(report->state_transition_only, IsEmpty());
+  // The write's record of the whole buffer after it, tampered: the redone write differs.
+  Op& copy = Mutable(trace, "copy__1_2:1");
+  copy.alias_writes.at(0).value = copy.alias_writes.at(0).value + 1;
+  report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(report->failures, Contains(StartsWith("buffer_1:2: the value written through an alias by copy__1_2:1")));
 }
 
 TEST(ValidateTest, BatchNormFiveTimesInALoopValidatesEveryFusedTransition) {
@@ -161,8 +167,9 @@ TEST(ValidateTest, TamperedParentEdgeFails) {
   EXPECT_THAT(report->failures,
               Contains(StartsWith("linear_2_3:1: wrong parent: argument 0 is not the saved "
                                   "output of linear_1_1:1")));
-  // relu no longer reaches an output.
-  EXPECT_THAT(report->failures, Contains(StartsWith("relu_1_2:1: unreachable")));
+  // relu no longer reaches an output: dead, which is not itself a failure.
+  EXPECT_THAT(report->dead, ElementsAre("relu_1_2:1"));
+  EXPECT_THAT(report->failures, testing::Not(Contains(StartsWith("relu_1_2:1"))));
 }
 
 TEST(ValidateTest, ParentListThatDisagreesWithTheArgumentsFails) {
@@ -192,7 +199,7 @@ struct DeadBranchImpl : torch::nn::Module {
 };
 TORCH_MODULE(DeadBranch);
 
-TEST(ValidateTest, UnreachableOpFails) {
+TEST(ValidateTest, DeadOpIsListedAndStillValueChecked) {
   DeadBranch net;
   const torch::Tensor x = torch::randn({4});
   CaptureGuard guard(*net);
@@ -201,18 +208,24 @@ TEST(ValidateTest, UnreachableOpFails) {
   ASSERT_TRUE(trace.ok()) << trace.status();
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_THAT(report->failures, ElementsAre(StartsWith("mul_1_1:1: unreachable")));
+  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  EXPECT_THAT(report->dead, ElementsAre("mul_1_1:1"));
+  Op& dead = Mutable(*trace, "mul_1_1:1");
+  dead.out = dead.out + 1;
+  dead.outs[0] = dead.out;
+  report = ValidateForwardPass(*trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(report->failures, ElementsAre(StartsWith("mul_1_1:1: value mismatch")));
 }
 
 TEST(ValidateTest, OpThatIgnoresAParentFailsThePerturbationCheck) {
-  // where(all true, zeros, x): x is a parent of where, but perturbing it changes nothing.
+  // x & 0: x is a parent of bitwise_and, but no value of x changes the result, and the op
+  // computes rather than decides (NOTE [Perturbations that can prove]).
   struct IgnoreImpl : torch::nn::Module {
-    torch::Tensor forward(torch::Tensor x) {
-      return torch::where(torch::ones({3}, torch::kBool), torch::zeros({3}), x);
-    }
+    torch::Tensor forward(torch::Tensor x) { return torch::bitwise_and(x, torch::zeros({3}, torch::kLong)); }
   };
   auto net = std::make_shared<IgnoreImpl>();
-  const torch::Tensor x = torch::randn({3});
+  const torch::Tensor x = torch::tensor({5, -3, 7});
   CaptureGuard guard(*net);
   const torch::Tensor out = net->forward(x);
   absl::StatusOr<Trace> trace = guard.Finish(out);
@@ -302,7 +315,7 @@ TEST(ValidateTest, OutputWrittenThroughAViewValidates) {
   EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
 }
 
-TEST(ValidateTest, UnreadEmptyResultsAreNotUnreachableButUnreadValuesAre) {
+TEST(ValidateTest, UnreadResultsAreDeadEmptyOrNot) {
   torch::nn::Module net;
   const torch::Tensor x = torch::randn({4});
   const ValidationReport empty = CaptureAndValidate(net, [&] {
@@ -310,11 +323,29 @@ TEST(ValidateTest, UnreadEmptyResultsAreNotUnreachableButUnreadValuesAre) {
     return torch::relu(x);
   });
   EXPECT_TRUE(empty.passed) << absl::StrJoin(empty.failures, "\n");
+  EXPECT_THAT(empty.dead, ElementsAre("narrow_1_1:1", "mul_1_2:1"));
   const ValidationReport dead = CaptureAndValidate(net, [&] {
     torch::Tensor unused = x.narrow(0, 0, 1) * 3;
     return torch::relu(x);
   });
-  EXPECT_THAT(dead.failures, ElementsAre(HasSubstr("unreachable")));
+  EXPECT_TRUE(dead.passed) << absl::StrJoin(dead.failures, "\n");
+  EXPECT_THAT(dead.dead, ElementsAre("narrow_1_1:1", "mul_1_2:1"));
+}
+
+TEST(ValidateTest, GuardThatDidNotFireIsExemptButAGuardThatSelectsIsChecked) {
+  // where(|x| > 100, x, 0): no element passes the guard, so x's values do not matter.
+  torch::nn::Module net;
+  const torch::Tensor x = torch::randn({5});
+  const ValidationReport quiet = CaptureAndValidate(net, [&] {
+    return torch::where(x.abs() > 100, x, torch::zeros_like(x));
+  });
+  EXPECT_TRUE(quiet.passed) << absl::StrJoin(quiet.failures, "\n");
+  // A guard every element passes: x decides the output, and perturbation proves it.
+  const ValidationReport selects = CaptureAndValidate(net, [&] {
+    return torch::where(x.abs() > -1, x, torch::zeros_like(x));
+  });
+  EXPECT_TRUE(selects.passed) << absl::StrJoin(selects.failures, "\n");
+  EXPECT_GE(selects.perturbations_checked, 3);
 }
 
 }  // namespace

@@ -1,0 +1,306 @@
+// Verdicts on correct forward passes that used to be judged wrongly (issues "Verdicts you
+// can trust" and "Writes through views change their base"): each model captures with
+// eager PyTorch's values, validates, fails validation when any of its state versions,
+// alias writes or dead nodes is tampered with, and gives eager PyTorch's result for an
+// edited model under `Do` (or the diagnostic that says where the edit stopped).
+#include <torch/script.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testdata/testdata.h"
+#include "testdata/trace_testing.h"
+#include "validation/intervene.h"
+#include "validation/validate.h"
+
+namespace torchlens {
+namespace {
+
+using ::torchlens::testing_util::Capture;
+using ::torchlens::testing_util::Get;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+// The models of both issues, in gen_testdata.py's order.
+const std::vector<std::string>& IssueModels() {
+  static const auto* names = new std::vector<std::string>{
+      "data_copy",        "shared_storage",     "transposed_write",   "double_reassign",
+      "plain_attribute",  "return_param",       "set_storage",        "bn_momentum0_train",
+      "bn_cumulative_train", "nan_buffer",      "dead_branch",        "view_write",
+      "view_write_partial", "view_before_write", "input_view_write",  "view_of_view_write",
+      "masked_nan",       "topk_any",           "log_nan",            "positive_count",
+      "threshold_guard"};
+  return *names;
+}
+
+// Values from eager PyTorch: equal up to float rounding, NaN where eager has NaN.
+bool Close(const at::Tensor& actual, const at::Tensor& expected) {
+  return actual.defined() && actual.sizes() == expected.sizes() &&
+         at::allclose(actual.to(at::kDouble), expected.to(at::kDouble), 1e-5, 1e-6,
+                      /*equal_nan=*/true);
+}
+
+ValidationReport Validate(const Trace& trace) {
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  EXPECT_TRUE(report.ok()) << report.status();
+  return report.ok() ? *report : ValidationReport();
+}
+
+TEST(VerdictsTest, EveryModelCapturesEagerValuesAndValidates) {
+  for (const std::string& name : IssueModels()) {
+    SCOPED_TRACE(name);
+    const testdata::Expected expected(name);
+    const Trace trace = Capture(name);
+    const std::vector<std::string> outputs = trace.output_labels();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      EXPECT_TRUE(Close(Get(trace, outputs[i]).out, expected.output(static_cast<int>(i))))
+          << outputs[i];
+    }
+    for (const auto& [address, buffer] : trace.buffers()) {
+      EXPECT_TRUE(Close(buffer.final_value, expected.buffer(address))) << address;
+    }
+    const ValidationReport report = Validate(trace);
+    EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+    EXPECT_THAT(report.state_transition_only, IsEmpty());
+    EXPECT_THAT(report.unproved, IsEmpty());
+  }
+}
+
+// A write that goes to another tensor, by a value or a mark out of place.
+at::Tensor Tampered(const at::Tensor& value) {
+  if (value.scalar_type() == at::kBool) return at::logical_not(value);
+  return value + 1;
+}
+
+// Every buffer version, dead node and alias write of every model, tampered with one at a
+// time: validation must fail and name the node (or the op whose write it is).
+TEST(VerdictsTest, TamperedVersionsAliasWritesAndDeadNodesFail) {
+  int tampered = 0;
+  for (const std::string& name : IssueModels()) {
+    const Trace captured = Capture(name);
+    const ValidationReport clean = Validate(captured);
+    std::vector<std::string> targets = clean.dead;
+    for (const Op& op : captured.ops()) {
+      if (op.is_buffer || !op.alias_writes.empty()) targets.push_back(op.label);
+    }
+    for (const std::string& label : targets) {
+      SCOPED_TRACE(name + " " + label);
+      Trace trace = captured;
+      Op* op = nullptr;
+      for (Op& candidate : trace.mutable_ops()) {
+        if (candidate.label == label) op = &candidate;
+      }
+      ASSERT_NE(op, nullptr);
+      if (!op->alias_writes.empty() && !op->is_buffer && op->out.defined() &&
+          std::find(clean.dead.begin(), clean.dead.end(), label) == clean.dead.end()) {
+        op->alias_writes[0].value = Tampered(op->alias_writes[0].value);
+      } else {
+        op->out = Tampered(op->out);
+        if (!op->outs.empty()) op->outs[0] = op->out;
+      }
+      trace.Relink();
+      const ValidationReport report = Validate(trace);
+      EXPECT_FALSE(report.passed);
+      EXPECT_THAT(report.failures, Contains(HasSubstr(label)));
+      ++tampered;
+    }
+  }
+  EXPECT_GT(tampered, 40);
+}
+
+// gen_testdata.py's edits() as labels: the node each edit replaces.
+struct EditCase {
+  std::string model;
+  std::vector<std::string> labels;  // by edit number
+};
+
+TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
+  const std::vector<EditCase> cases = {
+      {"data_copy", {"input_1"}},
+      {"shared_storage", {"input_1"}},
+      {"transposed_write", {"input_1"}},
+      {"double_reassign", {"input_1"}},
+      {"plain_attribute", {"input_1"}},
+      {"return_param", {"input_1"}},
+      {"set_storage", {"input_1"}},
+      {"bn_momentum0_train", {"input_1", "bn.running_mean:1"}},
+      {"bn_cumulative_train", {"input_1"}},
+      {"nan_buffer", {"input_1"}},
+      {"dead_branch", {"input_1"}},
+      {"view_write", {"input_1", "linear_1_1:1"}},
+      {"view_write_partial", {"input_1", "linear_1_1:1"}},
+      {"view_before_write", {"linear_1_1:1"}},
+      {"input_view_write", {"input_1"}},
+      {"view_of_view_write", {"linear_1_1:1"}},
+      {"masked_nan", {"input_1"}},
+      {"counter_cell", {"b:1"}},
+      {"bn2d_train", {"input_1"}},
+      {"slice_copy", {"input_1"}},
+  };
+  int checked = 0;
+  for (const EditCase& edit_case : cases) {
+    const testdata::Expected expected(edit_case.model);
+    const Trace trace = Capture(edit_case.model);
+    for (size_t k = 0; k < edit_case.labels.size(); ++k) {
+      SCOPED_TRACE(edit_case.model + " edit " + edit_case.labels[k]);
+      const int edit = static_cast<int>(k);
+      ASSERT_TRUE(expected.has_edit(edit));
+      // Strict: every value in the cone is recomputed, none kept with a warning.
+      absl::StatusOr<DoResult> result =
+          Do(trace, {Edit{edit_case.labels[k], expected.edit_value(edit)}}, DoOptions{true});
+      ASSERT_TRUE(result.ok()) << result.status();
+      const std::vector<std::string> outputs = result->trace.output_labels();
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        EXPECT_TRUE(Close(Get(result->trace, outputs[i]).out,
+                          expected.edit_output(edit, static_cast<int>(i))))
+            << outputs[i] << ": " << Get(result->trace, outputs[i]).out;
+      }
+      for (const auto& [address, buffer] : result->trace.buffers()) {
+        EXPECT_TRUE(Close(buffer.final_value, expected.edit_buffer(edit, address))) << address;
+      }
+      // The fork is a true trace of the edited forward pass, except at an edited op, whose
+      // value is no longer what it computes from its arguments.
+      const ValidationReport report = Validate(result->trace);
+      const Op& edited = Get(trace, edit_case.labels[k]);
+      if (edited.is_input() || edited.is_buffer) {
+        EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+      } else {
+        EXPECT_THAT(report.failures, ElementsAre(StartsWith(edited.label + ": value mismatch")));
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 23);
+}
+
+// BatchNorm with momentum None averages with 1 / num_batches_tracked, read through
+// `float(...)`: the edit reaches an `item` whose scalar result feeds code outside the
+// graph, and Do says so rather than returning the statistics of the unedited count.
+TEST(VerdictsTest, EditThatReachesANonTensorResultIsAGap) {
+  const Trace trace = Capture("bn_cumulative_train");
+  const testdata::Expected expected("bn_cumulative_train");
+  ASSERT_TRUE(expected.has_edit(1));
+  const Edit edit{"bn.num_batches_tracked:1", expected.edit_value(1)};
+  absl::StatusOr<DoResult> result = Do(trace, {edit});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->warnings.size(), 1u);
+  EXPECT_EQ(result->warnings[0].kind, DiagnosticKind::kNonTensorGap);
+  EXPECT_EQ(result->warnings[0].label, "item_1_2:1");
+  EXPECT_THAT(result->warnings[0].message, HasSubstr("non-tensor"));
+  // The counter itself is recomputed (4 + 1), the statistics are not: eager's differ.
+  EXPECT_EQ(result->trace.buffers().at("bn.num_batches_tracked").final_value.item<int64_t>(), 5);
+  EXPECT_FALSE(Close(result->trace.buffers().at("bn.running_mean").final_value,
+                     expected.edit_buffer(1, "bn.running_mean")));
+  absl::StatusOr<DoResult> strict = Do(trace, {edit}, DoOptions{true});
+  EXPECT_EQ(strict.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(strict.status().message()), HasSubstr("item_1_2:1"));
+}
+
+// momentum 0: the fused write keeps the statistics' value, yet it is not independent of
+// an edit of them.
+TEST(VerdictsTest, UnchangedFusedWriteStillCarriesAnEdit) {
+  const Trace trace = Capture("bn_momentum0_train");
+  EXPECT_EQ(Get(trace, "bn.running_mean:2").buffer_value_changed, false);
+  const at::Tensor edited = at::tensor({1.0f, -2.0f, 3.0f});
+  absl::StatusOr<DoResult> result = Do(trace, {Edit{"bn.running_mean:1", edited}});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->warnings, IsEmpty());
+  EXPECT_TRUE(at::equal(Get(result->trace, "bn.running_mean:2").out, edited));
+  EXPECT_TRUE(at::equal(Get(result->trace, "bn.running_mean:3").out, edited));
+}
+
+TEST(VerdictsTest, DeadComputationIsCheckedAndListedNotFailed) {
+  const Trace trace = Capture("dead_branch");
+  const ValidationReport report = Validate(trace);
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+  // TwoHeads returns sigmoid(y) * 2, which the caller drops.
+  EXPECT_THAT(report.dead, ElementsAre("sigmoid_1_3:1", "mul_1_4:1"));
+}
+
+TEST(VerdictsTest, WritesThroughViewsFollowTheData) {
+  const Trace trace = Capture("view_write");
+  // mul reads x after fill_ wrote it through the unsqueezed view.
+  EXPECT_THAT(Get(trace, "mul_1_4:1").parents, ElementsAre("fill__1_3:1"));
+  EXPECT_EQ(Get(trace, "mul_1_4:1").arg_sources[0].output_index, -1);
+  EXPECT_THAT(Get(trace, "fill__1_3:1").parents, ElementsAre("unsqueeze_1_2:1", "linear_1_1:1"));
+  EXPECT_TRUE(at::equal(Get(trace, "fill__1_3:1").alias_writes.at(0).value,
+                        at::full({2, 3}, 0.5f)));
+  // linear's saved value is what it computed, before the write.
+  EXPECT_FALSE(at::equal(Get(trace, "linear_1_1:1").out, at::full({2, 3}, 0.5f)));
+
+  const Trace before = Capture("view_before_write");
+  // row = h[1] taken before h.mul_(2); row + 1 reads the written row.
+  EXPECT_THAT(Get(before, "add_1_4:1").parents, ElementsAre("mul__1_3:1"));
+  EXPECT_TRUE(Close(Get(before, "add_1_4:1").creation_args[0].toTensor(),
+                    Get(before, "linear_1_1:1").out[1] * 2));
+}
+
+TEST(VerdictsTest, WritingTheCallersInputIsADiagnostic) {
+  const Trace trace = Capture("input_view_write");
+  ASSERT_EQ(trace.diagnostics().size(), 1u);
+  EXPECT_EQ(trace.diagnostics()[0].label, "input_1");
+  EXPECT_THAT(trace.diagnostics()[0].message, HasSubstr("zero__1_2:1"));
+  // The input node keeps the value passed in; the output saw the zeroed row.
+  const testdata::Expected expected("input_view_write");
+  EXPECT_TRUE(at::equal(Get(trace, "input_1").out, expected.input(0)));
+  EXPECT_TRUE(Close(Get(trace, "output_1").out, expected.output(0)));
+}
+
+TEST(VerdictsTest, PlainAttributesAndParametersReturnedAreConstants) {
+  const Trace attribute = Capture("plain_attribute");
+  const Op& scale = Get(attribute, "constant_1");
+  EXPECT_EQ(scale.address, "scale");
+  EXPECT_TRUE(at::equal(scale.out, at::tensor({2.0f, -1.0f, 0.5f})));
+  EXPECT_THAT(Get(attribute, "output_2").parents, ElementsAre("constant_1"));
+  EXPECT_THAT(attribute.buffers(), IsEmpty());
+
+  const Trace param = Capture("return_param");
+  const Op& bias = Get(param, "output_2");
+  ASSERT_EQ(bias.parents.size(), 1u);
+  EXPECT_EQ(Get(param, bias.parents[0]).address, "fc.bias");
+  EXPECT_TRUE(Get(param, bias.parents[0]).is_constant());
+}
+
+TEST(VerdictsTest, BufferWritesOfEveryForm) {
+  // b.data.copy_(x * 2): the destination is b's current version, the write its next.
+  const Trace data = Capture("data_copy");
+  EXPECT_THAT(Get(data, "copy__1_2:1").parents, ElementsAre("buffer_1:1", "mul_1_1:1"));
+  EXPECT_EQ(Get(data, "b:2").buffer_write_kind, WriteKind::kInplace);
+  EXPECT_THAT(Get(data, "b:2").parents, ElementsAre("copy__1_2:1"));
+  // self.h = a; self.h = b: both reassignments are versions.
+  const Trace reassigned = Capture("double_reassign");
+  const Buffer& h = reassigned.buffers().at("h");
+  EXPECT_EQ(h.num_overwrites, 2);
+  EXPECT_TRUE(at::equal(*h.value_after(1), at::tensor({2.0f, 3.0f})));
+  EXPECT_TRUE(at::equal(*h.value_after(2), at::tensor({3.0f, 6.0f})));
+  // set_ moves b to another storage; the add_ after it is still b's write.
+  const Trace set = Capture("set_storage");
+  const Buffer& b = set.buffers().at("b");
+  EXPECT_EQ(b.num_overwrites, 2);
+  EXPECT_TRUE(at::equal(b.final_value, at::tensor({3.0f, 5.0f, 7.0f})));
+  EXPECT_THAT(set.diagnostics(), IsEmpty());
+  // c = b[:2], both registered: a write through c is a version of both.
+  const Trace shared = Capture("shared_storage");
+  EXPECT_EQ(shared.buffers().at("b").num_overwrites, 1);
+  EXPECT_EQ(shared.buffers().at("c").num_overwrites, 1);
+  EXPECT_TRUE(at::equal(shared.buffers().at("b").final_value, at::tensor({10.0f, 21.0f, 2.0f, 3.0f})));
+}
+
+TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
+  for (const std::string& name : {"masked_nan", "topk_any", "log_nan", "positive_count",
+                                  "threshold_guard"}) {
+    SCOPED_TRACE(name);
+    const ValidationReport report = Validate(Capture(name));
+    EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+    EXPECT_GT(report.perturbations_checked, 0);
+  }
+}
+
+}  // namespace
+}  // namespace torchlens
