@@ -156,6 +156,9 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
     info.fused = FindFusedMutator(schema.name());
     info.symbol = c10::Symbol::fromQualString(schema.name());
     info.random = op.hasTag(at::Tag::nondeterministic_seeded);
+    for (const c10::Argument& ret : schema.returns()) {
+      if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) info.returns_view = true;
+    }
     for (const c10::Argument& argument : schema.arguments()) {
       if (argument.type()->kind() == c10::TypeKind::GeneratorType ||
           (argument.type()->kind() == c10::TypeKind::OptionalType &&
@@ -292,6 +295,13 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   prepared.op_index = info->index;
   prepared.num_returns = info->num_returns;
   prepared.symbol = info->symbol;
+  if (info->returns_view && !options_.save_activations) {
+    for (const c10::IValue& arg : args) {
+      ForEachTensor(arg, [&](const at::Tensor& t) {
+        if (t.defined() && t.has_storage()) prepared.view_bases.push_back(t);
+      });
+    }
+  }
   return prepared;
 }
 
@@ -342,9 +352,32 @@ void Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::S
     });
   }
   record_.nodes[index].outputs_end = static_cast<int32_t>(record_.outputs.size());
+  if (!prepared.view_bases.empty()) {
+    for (const c10::IValue& value : returns) {
+      ForEachTensor(value, [&](const at::Tensor& view) { IndexAliases(view, prepared.view_bases); });
+    }
+  }
   if (!pending_writes_.empty()) CommitPendingWrites(index, returns);
   if (!overwritten_.empty()) RecordAliasWrites(index);
   record_.nodes[index].alias_writes_end = static_cast<int32_t>(record_.alias_writes.size());
+}
+
+void Recorder::IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases) {
+  if (!view.defined() || !view.has_storage()) return;
+  const c10::StorageImpl* storage = view.storage().unsafeGetStorageImpl();
+  std::vector<AliasedTensor>* aliased = nullptr;
+  auto index = [&](const at::Tensor& tensor) {
+    if (aliased == nullptr) aliased = &storages_[storage].aliased;
+    for (const AliasedTensor& known : *aliased) {
+      if (known.tensor == tensor.unsafeGetTensorImpl()) return;
+    }
+    const auto [begin, end] = ByteRange(tensor);
+    aliased->push_back(AliasedTensor{tensor.unsafeGetTensorImpl(), begin, end});
+  };
+  for (const at::Tensor& base : bases) {
+    if (base.storage().unsafeGetStorageImpl() == storage) index(base);
+  }
+  if (aliased != nullptr) index(view);  // a view of one of the bases
 }
 
 void Recorder::RecordAliasWrites(int32_t writer) {
@@ -362,7 +395,7 @@ void Recorder::RecordAliasWrites(int32_t writer) {
     before.index = entry->node;
     before.output_index = entry->output_index;
     before.slot = entry->slot;
-    const int32_t slot = Save(overwritten.alias, saved.tensor);
+    const int32_t slot = overwritten.alias.defined() ? Save(overwritten.alias, saved.tensor) : -1;
     const int32_t output = AddAliasWrite(before, overwritten.written_tensor, overwritten.alias,
                                          std::move(overwritten.written), slot);
     entry = Lookup(saved.tensor);  // Save may have grown the table
@@ -389,7 +422,7 @@ int32_t Recorder::AddAliasWrite(SourceRecord before, int32_t written_tensor,
   AliasWriteRecord& record = record_.alias_writes.emplace_back();
   record.before = before;
   record.written_tensor = written_tensor;
-  record.aliased = GeometryOf(aliased);
+  if (aliased.defined()) record.aliased = GeometryOf(aliased);
   record.written = std::move(written);
   record.slot = slot;
   const int32_t k =
@@ -747,6 +780,14 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
       ++record_.stats.copy_on_write_clones;
     }
     storage.saved.resize(kept);
+  }
+  for (const AliasedTensor& aliased : storage.aliased) {
+    // Without saved values: the same notes, with no value to copy.
+    if (!Overlap({aliased.begin_byte, aliased.end_byte}, range)) continue;
+    const TensorEntry* entry = Lookup(aliased.tensor);
+    overwritten_.push_back(OverwrittenValue{SavedValue{-1, aliased.tensor}, at::Tensor(),
+                                            written_tensor, TensorGeometry{},
+                                            entry != nullptr ? entry->node : -1});
   }
   for (int32_t buffer : storage.buffers) {
     const BufferState& state = buffers_[buffer];

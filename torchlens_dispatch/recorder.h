@@ -45,8 +45,9 @@
 // (`AliasWrite` in graph/trace.h): its producer is now the writer, as output -(k + 1),
 // with its value after the write saved by reference again, and the write remembers the
 // tensor's earlier source and both geometries so that replay can redo it (NOTE [Writes
-// through aliases] in validation/replay.h). Only saved values are indexed by storage, so
-// a capture without saved values does not see these writes (README "Limitations").
+// through aliases] in validation/replay.h). Saved values are indexed by storage anyway; a
+// capture without saved values indexes instead the tensors that view ops return and the
+// arguments they alias (only view ops pay for it), so its edges follow the same writes.
 //
 // NOTE [Buffer writes]
 // A write is attributed to a registered buffer by StorageImpl identity, then by byte range
@@ -135,8 +136,9 @@ class Recorder {
     absl::InlinedVector<uint32_t, 2> written_arguments;  // alias_info()->isWrite()
     const FusedMutator* fused = nullptr;
     c10::Symbol symbol;  // for matching marked sites
-    bool random =
-        false;  // consumes randomness: tagged nondeterministic_seeded or takes a Generator
+    // Consumes randomness: tagged nondeterministic_seeded or takes a Generator.
+    bool random = false;
+    bool returns_view = false;  // a return aliases an argument (select, view, transpose)
   };
   struct TensorEntry {
     int32_t node = -1;  // producing node; -1: a parameter, or a buffer not yet read
@@ -156,9 +158,16 @@ class Recorder {
     int32_t slot;
     const c10::TensorImpl* tensor;
   };
+  // A live tensor sharing its storage with a view of it, in a capture without saved
+  // values (NOTE [Writes through views]).
+  struct AliasedTensor {
+    const c10::TensorImpl* tensor;
+    int64_t begin_byte, end_byte;
+  };
   struct StorageEntry {
     absl::InlinedVector<int32_t, 1> buffers;       // buffers living in this storage
     absl::InlinedVector<SavedValue, 2> saved;      // saved values living in this storage
+    std::vector<AliasedTensor> aliased;            // without saved values only
   };
   // A saved value the current op's write overlapped (NOTE [Writes through views]).
   struct OverwrittenValue {
@@ -191,6 +200,8 @@ class Recorder {
   struct PreparedOp {
     bool touches_buffer = false;
     bool observe_nested = false;
+    // Without saved values, a view op's tensor arguments (see IndexAliases).
+    absl::InlinedVector<at::Tensor, 1> view_bases;
     int32_t owner_module = -1;
     int32_t op_index = 0;
     uint32_t num_returns = 0;
@@ -235,6 +246,8 @@ class Recorder {
   // overwrote (NOTE [Writes through views]).
   void CommitPendingWrites(int32_t producer, c10::ArrayRef<c10::IValue> returns);
   void RecordAliasWrites(int32_t writer);
+  // Without saved values: indexes a view op's output and the arguments it aliases.
+  void IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases);
   // Appends an alias write to the node being recorded and returns its output index.
   int32_t AddAliasWrite(SourceRecord before, int32_t written_tensor, const at::Tensor& aliased,
                         TensorGeometry written, int32_t slot);

@@ -1,0 +1,147 @@
+// Writes through views under CaptureGuard: C++ frontend modules and TorchScript modules
+// defined in C++ running their own executor, with autograd on. Expected values are hand
+// arithmetic.
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testdata/trace_testing.h"
+#include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/capture_options.h"
+#include "validation/intervene.h"
+#include "validation/validate.h"
+
+namespace torchlens {
+namespace {
+
+using ::torchlens::testing_util::Get;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+Trace CaptureNn(torch::nn::Module& net, const std::function<torch::Tensor()>& forward) {
+  CaptureGuard guard(net);
+  const torch::Tensor out = forward();
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  EXPECT_TRUE(trace.ok()) << trace.status();
+  return trace.ok() ? *std::move(trace) : Trace();
+}
+
+void ExpectValid(const Trace& trace) {
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  EXPECT_THAT(report->dead, IsEmpty());
+}
+
+TEST(ViewsTest, FillThroughAnUnsqueezedViewOfALinearOutput) {
+  torch::nn::Linear lin(3, 3);
+  const torch::Tensor x = torch::randn({2, 3});
+  const Trace trace = CaptureNn(*lin, [&] {
+    torch::Tensor h = lin->forward(x);  // requires grad: saved detached
+    h.unsqueeze(0).fill_(0.5);
+    return h * 2.0;
+  });
+  EXPECT_TRUE(at::equal(Get(trace, "output_1").out, torch::full({2, 3}, 1.0)));
+  // The C++ frontend's Linear runs t and addmm.
+  EXPECT_THAT(Get(trace, "mul_1_5:1").parents, ElementsAre("fill__1_4:1"));
+  ExpectValid(trace);
+  // An edit upstream of the write is overwritten by it: the output stays 1.
+  absl::StatusOr<DoResult> result =
+      Do(trace, {Edit{"addmm_1_2:1", torch::full({2, 3}, 7.0)}}, DoOptions{true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(at::equal(Get(result->trace, "output_1").out, torch::full({2, 3}, 1.0)));
+}
+
+TEST(ViewsTest, PartialWritesThroughSeveralViewsAndAViewOfAView) {
+  torch::nn::Module net;
+  const torch::Tensor x = torch::arange(6.0).reshape({2, 3});
+  const Trace trace = CaptureNn(net, [&] {
+    torch::Tensor h = x * 1.0;          // [[0,1,2],[3,4,5]]
+    h.select(0, 0).add_(10.0);          // [[10,11,12],[3,4,5]]
+    h.select(1, 2).mul_(2.0);           // [[10,11,24],[3,4,10]]
+    h.view({3, 2}).narrow(0, 2, 1).select(1, 0).sub_(1.0);  // element [1][1]: 4 -> 3
+    return h + 0.0;
+  });
+  EXPECT_TRUE(at::equal(Get(trace, "output_1").out,
+                        torch::tensor({{10.0, 11.0, 24.0}, {3.0, 3.0, 10.0}}, torch::kFloat)));
+  ExpectValid(trace);
+  // Edit the base before any write: every write is redone on it.
+  absl::StatusOr<DoResult> result =
+      Do(trace, {Edit{"mul_1_1:1", torch::ones({2, 3})}}, DoOptions{true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(at::equal(Get(result->trace, "output_1").out,
+                        torch::tensor({{11.0, 11.0, 22.0}, {1.0, 0.0, 2.0}}, torch::kFloat)));
+}
+
+TEST(ViewsTest, EdgesFollowWritesThroughViewsWithoutSavedValues) {
+  torch::nn::Module net;
+  const torch::Tensor x = torch::arange(6.0).reshape({2, 3});
+  for (bool save : {true, false}) {
+    SCOPED_TRACE(save);
+    CaptureOptions options;
+    options.save_activations = save;
+    CaptureGuard guard(net, options);
+    torch::Tensor h = x * 1.0;
+    torch::Tensor row = h.select(0, 1);  // taken before the writes
+    h.select(0, 0).add_(10.0);           // does not touch row
+    h.select(1, 2).mul_(2.0);            // touches row's last element
+    torch::Tensor out = row + h;
+    absl::StatusOr<Trace> trace = guard.Finish(out);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    // mul_ wrote both h and row; add_ reads both as mul_'s alias writes.
+    EXPECT_THAT(Get(*trace, "add_1_7:1").parents, ElementsAre("mul__1_6:1"));
+    // The column view is taken from h after add_ wrote it.
+    EXPECT_THAT(Get(*trace, "add__1_4:1").children, ElementsAre("select_3_5:1", "mul__1_6:1"));
+  }
+}
+
+TEST(ViewsTest, RegisteredBufferWrittenThroughATransposeInCpp) {
+  struct NetImpl : torch::nn::Module {
+    NetImpl() { b = register_buffer("b", torch::zeros({2, 2})); }
+    torch::Tensor forward(torch::Tensor x) {
+      b.t().copy_(x);
+      return b * 1.0;
+    }
+    torch::Tensor b;
+  };
+  auto net = std::make_shared<NetImpl>();
+  const torch::Tensor x = torch::tensor({{1.0, 2.0}, {3.0, 4.0}}, torch::kFloat);
+  const Trace trace = CaptureNn(*net, [&] { return net->forward(x); });
+  const Buffer& b = trace.buffers().at("b");
+  ASSERT_EQ(b.num_overwrites, 1);
+  EXPECT_TRUE(at::equal(*b.value_after(1), x.t()));
+  ExpectValid(trace);
+  absl::StatusOr<DoResult> result = Do(trace, {Edit{"input_1", x * 2}}, DoOptions{true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(at::equal(result->trace.buffers().at("b").final_value, x.t() * 2));
+}
+
+TEST(ViewsTest, ScriptModuleDefinedInCppUnderItsOwnExecutor) {
+  torch::jit::Module m("m");
+  m.register_buffer("h", torch::zeros({2}));
+  m.define(R"JIT(
+    def forward(self, x):
+        y = x * 3.0
+        y[0].add_(1.0)
+        self.h.copy_(y)
+        self.h[1:].mul_(2.0)
+        return self.h + y
+  )JIT");
+  const torch::Tensor x = torch::tensor({1.0, 2.0}, torch::kFloat);
+  CaptureGuard guard(m);
+  const c10::IValue out = m.forward({x});
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  // y = [4, 6]; h = [4, 12]; out = [8, 18].
+  EXPECT_TRUE(at::equal(Get(*trace, "output_1").out, torch::tensor({8.0f, 18.0f})));
+  EXPECT_EQ(trace->buffers().at("h").num_overwrites, 2);
+  ExpectValid(*trace);
+}
+
+}  // namespace
+}  // namespace torchlens
