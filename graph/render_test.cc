@@ -101,5 +101,24 @@ TEST(RenderTest, SvgHasOneNodePerVisibleOp) {
   EXPECT_EQ(RenderToFile(trace, "/nonexistent/dir/graph.svg").code(), absl::StatusCode::kNotFound);
 }
 
+TEST(RenderTest, DeadComputationIsDottedOrHiddenAndConstantsAreNotes) {
+  const Trace trace = Capture("dead_branch");  // sigmoid(y) * 2 is computed and dropped
+  const std::string dot = RenderDot(trace);
+  EXPECT_THAT(NodeLine(dot, "sigmoid_1_3:1"), HasSubstr("dotted"));
+  EXPECT_THAT(NodeLine(dot, "relu_1_2:1"), Not(HasSubstr("dotted")));
+  RenderOptions live_only;
+  live_only.show_dead = false;
+  const std::string hidden = RenderDot(trace, live_only);
+  EXPECT_EQ(NodeLine(hidden, "sigmoid_1_3:1"), "");
+  EXPECT_EQ(NodeLine(hidden, "mul_1_4:1"), "");
+  EXPECT_NE(NodeLine(hidden, "relu_1_2:1"), "");
+  EXPECT_EQ(Count(hidden, " -> "), Count(dot, " -> ") - 2);  // y -> sigmoid -> mul
+
+  const std::string attribute = RenderDot(Capture("plain_attribute"));
+  const std::string scale = NodeLine(attribute, "constant_1");
+  EXPECT_THAT(scale, HasSubstr("shape=note"));
+  EXPECT_THAT(scale, HasSubstr("\\nscale"));
+}
+
 }  // namespace
 }  // namespace torchlens

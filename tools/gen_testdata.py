@@ -642,6 +642,30 @@ class PositiveCount(nn.Module):
         return x * float(n)
 
 
+class ChunkHeads(nn.Module):
+    """An op with several outputs (chunk), each read by its own head."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        a, b = self.fc(x).chunk(2, dim=1)
+        return a * 2.0, b + 1.0
+
+
+class PositiveSelect(nn.Module):
+    """Returns the positive values: an edit upstream changes the output's shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y[y > 0]
+
+
 class ThresholdGuard(nn.Module):
     """Guards that never fire on these inputs: a sum checked against 1e9, |x| > 100."""
 
@@ -721,6 +745,8 @@ def models():
         "log_nan": (LogNan, [torch.tensor([1.0, -1.0, 2.0, -3.0])], False),
         "positive_count": (PositiveCount, [torch.tensor([1.0, -2.0, 3.0, -4.0])], False),
         "threshold_guard": (ThresholdGuard, [rand(2, 3)], False),
+        "chunk_heads": (ChunkHeads, [rand(2, 4)], False),
+        "positive_select": (PositiveSelect, [rand(2, 3)], False),
     }
 
 
@@ -754,6 +780,7 @@ def edits():
         "counter_cell": [("buffer", "b", torch.full((4,), 5.0))],
         "bn2d_train": [("input", 0, torch.arange(24.0).reshape(3, 2, 2, 2))],
         "slice_copy": [("input", 0, torch.full((2,), 5.0))],
+        "chunk_heads": [("input", 0, torch.ones(2, 4))],
     }
 
 

@@ -35,7 +35,7 @@ const std::vector<std::string>& IssueModels() {
       "bn_cumulative_train", "nan_buffer",      "dead_branch",        "view_write",
       "view_write_partial", "view_before_write", "input_view_write",  "view_of_view_write",
       "masked_nan",       "topk_any",           "log_nan",            "positive_count",
-      "threshold_guard"};
+      "threshold_guard",  "chunk_heads",        "positive_select"};
   return *names;
 }
 
@@ -142,6 +142,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       {"counter_cell", {"b:1"}},
       {"bn2d_train", {"input_1"}},
       {"slice_copy", {"input_1"}},
+      {"chunk_heads", {"input_1"}},
   };
   int checked = 0;
   for (const EditCase& edit_case : cases) {
@@ -176,7 +177,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 23);
+  EXPECT_EQ(checked, 24);
 }
 
 // BatchNorm with momentum None averages with 1 / num_batches_tracked, read through
@@ -300,6 +301,18 @@ TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
     EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
     EXPECT_GT(report.perturbations_checked, 0);
   }
+}
+
+TEST(VerdictsTest, EditOfOneOutputOfSeveral) {
+  const Trace trace = Capture("chunk_heads");
+  const at::Tensor value = at::full({2, 2}, 3.0f);
+  absl::StatusOr<DoResult> second = Do(trace, {Edit{"chunk_1_2:1", value, /*output=*/1}});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(at::equal(Get(second->trace, "output_1").out, Get(trace, "output_1").out));
+  EXPECT_TRUE(at::equal(Get(second->trace, "output_2").out, at::full({2, 2}, 4.0f)));
+  absl::StatusOr<DoResult> missing = Do(trace, {Edit{"chunk_1_2:1", value, /*output=*/2}});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("output 2 does not exist"));
 }
 
 }  // namespace
