@@ -525,13 +525,15 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
     auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
     outside.aliases_buffer = it != storages_.end() && !it->second.buffers.empty();
   }
-  if (!inputs_marked_) {
+  // A known tensor attribute is a constant even before the inputs are marked (under a
+  // CaptureGuard they never are, and every other tensor from outside is an input).
+  auto attribute = attributes_.find(impl);
+  if (attribute != attributes_.end()) {
+    outside.node = AddConstantNode(tensor, record_.constant_addresses[attribute->second]);
+  } else if (!inputs_marked_) {
     outside.node = AddInputNode(tensor);
   } else {
-    auto attribute = attributes_.find(impl);
-    outside.node = AddConstantNode(
-        tensor, attribute == attributes_.end() ? std::string()
-                                               : record_.constant_addresses[attribute->second]);
+    outside.node = AddConstantNode(tensor, std::string());
   }
   outside.slot = record_.outputs[record_.nodes[outside.node].outputs_begin].slot;
   Remember(tensor, std::move(outside));

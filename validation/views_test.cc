@@ -143,5 +143,23 @@ TEST(ViewsTest, ScriptModuleDefinedInCppUnderItsOwnExecutor) {
   ExpectValid(*trace);
 }
 
+TEST(ViewsTest, PlainTensorAttributeIsANamedConstantUnderCaptureGuard) {
+  torch::jit::Module m("m");
+  m.register_attribute("scale", c10::TensorType::get(), torch::tensor({2.0f, 3.0f}));
+  m.define(R"JIT(
+    def forward(self, x):
+        return x * self.scale
+  )JIT");
+  const torch::Tensor x = torch::ones({2});
+  CaptureGuard guard(m);
+  const c10::IValue out = m.forward({x});
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_THAT(Get(*trace, "mul_1_1:1").parents, ElementsAre("input_1", "constant_1"));
+  EXPECT_EQ(Get(*trace, "constant_1").address, "scale");
+  EXPECT_THAT(trace->buffers(), IsEmpty());
+  ExpectValid(*trace);
+}
+
 }  // namespace
 }  // namespace torchlens
