@@ -161,5 +161,25 @@ TEST(ViewsTest, PlainTensorAttributeIsANamedConstantUnderCaptureGuard) {
   ExpectValid(*trace);
 }
 
+// Layouts whose values replay or perturbation may not handle: validation gives a verdict
+// naming what it could not do, never an exception or a raw LibTorch message.
+TEST(ViewsTest, SparseQuantizedAndMetaTensorsGetAVerdict) {
+  torch::nn::Module net;
+  const torch::Tensor x = torch::tensor({{0.0f, 1.5f}, {-2.0f, 0.0f}});
+  const torch::Tensor meta = torch::empty({2, 2}, torch::kMeta);
+  const Trace trace = CaptureNn(net, [&] {
+    torch::Tensor sparse = x.to_sparse() * 2.0;
+    torch::Tensor quantized = torch::quantize_per_tensor(x, 0.5, 4, torch::kQUInt8);
+    torch::Tensor on_meta = meta + 1.0;  // dead, still replayed
+    return sparse.to_dense() + quantized.dequantize();
+  });
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  // 2x + x (x is exactly representable at scale 0.5).
+  EXPECT_TRUE(at::equal(Get(trace, "output_1").out, x * 3.0));
+  for (const std::string& line : report->failures) ADD_FAILURE() << line;
+  EXPECT_TRUE(report->passed);
+}
+
 }  // namespace
 }  // namespace torchlens
