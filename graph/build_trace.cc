@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "graph/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "graph/label.h"
 
 namespace torchlens {

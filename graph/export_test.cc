@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
-#include "graph/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "graph/json_export.h"
 #include "graph/trace_file.h"
 #include "gtest/gtest.h"

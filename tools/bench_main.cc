@@ -38,7 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "graph/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "validation/intervene.h"

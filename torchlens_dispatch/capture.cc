@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/build_trace.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/fallback.h"
 #include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/recorder.h"

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
 #include "testdata/trace_testing.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 
 namespace torchlens {
 namespace {

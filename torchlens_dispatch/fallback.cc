@@ -2,7 +2,7 @@
 
 #include <torch/library.h>
 
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/recorder.h"
 
 namespace torchlens {

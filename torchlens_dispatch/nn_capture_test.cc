@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 
 namespace torchlens {
 namespace {

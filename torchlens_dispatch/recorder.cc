@@ -16,9 +16,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "graph/ivalue_tensors.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/randomness.h"
 #include "torchlens_dispatch/saved_copy.h"
 #include "torchlens_dispatch/testing.h"
 
@@ -155,17 +156,9 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
     }
     info.fused = FindFusedMutator(schema.name());
     info.symbol = c10::Symbol::fromQualString(schema.name());
-    info.random = op.hasTag(at::Tag::nondeterministic_seeded);
+    info.random = ConsumesRandomness(op);
     for (const c10::Argument& ret : schema.returns()) {
       if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) info.returns_view = true;
-    }
-    for (const c10::Argument& argument : schema.arguments()) {
-      if (argument.type()->kind() == c10::TypeKind::GeneratorType ||
-          (argument.type()->kind() == c10::TypeKind::OptionalType &&
-           argument.type()->expectRef<c10::OptionalType>().getElementType()->kind() ==
-               c10::TypeKind::GeneratorType)) {
-        info.random = true;
-      }
     }
   }
   return it->second;

@@ -94,7 +94,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "graph/capture_record.h"
-#include "graph/fused_mutators.h"
+#include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/script_sites.h"

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
 #include "torchlens_dispatch/capture.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/testing.h"
 #include "validation/validate.h"

@@ -16,7 +16,7 @@
 #include "testdata/testdata.h"
 #include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "validation/validate.h"
 
 namespace torchlens {

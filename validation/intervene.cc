@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "graph/fused_mutators.h"
-#include "graph/ivalue_tensors.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/fused_mutators.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "validation/replay.h"
 

@@ -15,9 +15,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "graph/fused_mutators.h"
-#include "graph/ivalue_tensors.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/fused_mutators.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/capture_key.h"
+#include "torchlens_dispatch/ops/randomness.h"
 
 namespace torchlens {
 namespace {
@@ -31,23 +32,6 @@ absl::StatusOr<c10::OperatorHandle> Handle(const Op& op) {
         op.overload_name, " is not registered in this process (load the library that defines it)"));
   }
   return *handle;
-}
-
-bool TakesGenerator(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& argument : schema.arguments()) {
-    const c10::TypePtr& type = argument.type();
-    if (type->kind() == c10::TypeKind::GeneratorType) return true;
-    if (type->kind() == c10::TypeKind::OptionalType &&
-        type->expectRef<c10::OptionalType>().getElementType()->kind() ==
-            c10::TypeKind::GeneratorType) {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool ConsumesRandomness(const c10::OperatorHandle& handle) {
-  return handle.hasTag(at::Tag::nondeterministic_seeded) || TakesGenerator(handle.schema());
 }
 
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }

@@ -20,208 +20,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "graph/dead_nodes.h"
-#include "graph/fused_mutators.h"
-#include "graph/ivalue_tensors.h"
-#include "torchlens_dispatch/capture_key.h"
+#include "torchlens_dispatch/ops/fused_mutators.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/capture_key.h"
+#include "torchlens_dispatch/ops/exemptions.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "validation/replay.h"
 
 namespace torchlens {
 namespace {
-
-// An argument of an operator: (operator name, tensor position in ForEachTensor order; -1
-// for every tensor argument).
-struct OpArgument {
-  absl::string_view op;
-  int tensor_index;  // -1: every tensor argument
-};
-
-// Arguments whose values cannot change an op's output: tensors it reads only for their
-// shape, dtype or device, and destinations it overwrites entirely.
-constexpr OpArgument kShapeOnlyArguments[] = {
-    {"aten::zeros_like", -1},   {"aten::ones_like", -1}, {"aten::empty_like", -1},
-    {"aten::full_like", -1},    {"aten::rand_like", -1}, {"aten::randn_like", -1},
-    {"aten::randint_like", -1}, {"aten::new_zeros", -1}, {"aten::new_ones", -1},
-    {"aten::new_empty", -1},    {"aten::new_full", -1},  {"aten::expand_as", 1},
-    {"aten::view_as", 1},       {"aten::reshape_as", 1}, {"aten::type_as", 1},
-    {"aten::to", 1},  // to.other: the second tensor gives only dtype and device
-    {"aten::copy_", 0},         {"aten::fill_", 0},      {"aten::zero_", 0},
-    {"aten::set_", 0},
-    {"aten::normal_", 0},       {"aten::uniform_", 0},   {"aten::random_", 0},
-    {"aten::exponential_", 0},  {"aten::cauchy_", 0},    {"aten::log_normal_", 0},
-    {"aten::geometric_", 0},    {"aten::bernoulli_", 0},
-};
-
-// Arguments a kernel reads as indices without bounds checks: a perturbed value would make
-// it read outside its input (torchvision's RoI kernels take each box's image index from
-// column 0 of `rois` and crashed the zoo test under perturbation). Replay and the edge
-// check still cover them.
-constexpr OpArgument kUncheckedIndexArguments[] = {
-    {"torchvision::roi_align", 1},
-    {"torchvision::roi_pool", 1},
-    {"torchvision::ps_roi_align", 1},
-    {"torchvision::ps_roi_pool", 1},
-};
-
-bool UncheckedIndex(const Op& op, int tensor_index) {
-  for (const OpArgument& entry : kUncheckedIndexArguments) {
-    if (entry.op == op.func_name && entry.tensor_index == tensor_index) return true;
-  }
-  return false;
-}
-
-// Ops whose outputs are uninitialized memory: replay checks their shape and dtype only.
-constexpr absl::string_view kUninitializedOutputs[] = {
-    "aten::empty",         "aten::empty_like",        "aten::new_empty",
-    "aten::empty_strided", "aten::new_empty_strided",
-};
-
-bool Uninitialized(const Op& op) {
-  for (absl::string_view name : kUninitializedOutputs) {
-    if (name == op.func_name) return true;
-  }
-  return false;
-}
-
-// Ops whose result depends only on their arguments' metadata (shape, dtype, layout).
-constexpr absl::string_view kMetadataOps[] = {
-    "aten::is_floating_point", "aten::is_complex", "aten::size",        "aten::dim",
-    "aten::numel",             "aten::stride",     "aten::sym_size",    "aten::sym_numel",
-    "aten::sym_stride",        "aten::is_contiguous", "aten::element_size", "aten::is_same_size",
-    "aten::_shape_as_tensor",
-};
-
-bool ShapeOnly(const Op& op, int tensor_index) {
-  for (absl::string_view name : kMetadataOps) {
-    if (name == op.func_name) return true;
-  }
-  for (const OpArgument& entry : kShapeOnlyArguments) {
-    if (entry.op == op.func_name &&
-        (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// A product with an all-zero factor does not depend on the other factors: stochastic
-// depth multiplies a dropped block by a zero mask, and torchvision initializes ViT's head
-// weight to zeros. (Operator, the tensor positions that multiply each other.)
-struct Product {
-  absl::string_view op;
-  int factors[2];
-};
-constexpr Product kProducts[] = {
-    {"aten::mul", {0, 1}},    {"aten::mul_", {0, 1}}, {"aten::linear", {0, 1}},
-    {"aten::matmul", {0, 1}}, {"aten::mm", {0, 1}},   {"aten::bmm", {0, 1}},
-    {"aten::addmm", {1, 2}},  {"aten::conv1d", {0, 1}}, {"aten::conv2d", {0, 1}},
-    {"aten::conv3d", {0, 1}},
-};
-
-// Whether the parent's tensors (`parent_indexes`) are factors of a product whose other
-// factor is all zeros.
-bool ZeroedByAnotherArgument(const Op& op, const std::vector<at::Tensor>& saved,
-                             const std::vector<int>& parent_indexes) {
-  for (const Product& product : kProducts) {
-    if (product.op != op.func_name) continue;
-    for (int f = 0; f < 2; ++f) {
-      const int mine = product.factors[f];
-      const int other = product.factors[1 - f];
-      if (std::find(parent_indexes.begin(), parent_indexes.end(), mine) == parent_indexes.end() ||
-          std::find(parent_indexes.begin(), parent_indexes.end(), other) != parent_indexes.end() ||
-          other >= static_cast<int>(saved.size())) {
-        continue;
-      }
-      const at::Tensor& factor = saved[other];
-      if (factor.defined() && factor.numel() > 0 && !factor.is_complex() &&
-          !(factor != 0).any().item<bool>()) {
-        return true;
-      }
-    }
-  }
-  return false;
-}
-
-// NOTE [Data-dependent exemptions]
-// Some arguments cannot change an op's output for the values this pass happened to see.
-// They are checked only after every perturbation failed, and exempted only when the saved
-// values prove it (TorchLens exempts index arguments and clamp unconditionally):
-//   * an index into a source whose elements are all equal selects the same values whatever
-//     it holds (detection models index uniform scores);
-//   * clamp with min == max returns that value whatever the input;
-//   * index_put without accumulation whose indices cover every element of the destination
-//     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor);
-//   * where and masked_fill whose condition never selects the argument (a threshold guard
-//     that did not fire: `where(|x| > 100, x, 0)` with every |x| below 100) ignore it;
-//   * torchvision's nms that kept every box returned the boxes in score order, which the
-//     boxes did not decide; with at most one box, neither boxes nor scores decide anything
-//     (detection heads run it per class, often on one box).
-// (Operator, tensor position of the source or destination.)
-struct IndexingOp {
-  absl::string_view op;
-  int source;
-};
-constexpr IndexingOp kIndexingOps[] = {
-    {"aten::index", 0}, {"aten::index_select", 0}, {"aten::gather", 0}, {"aten::take", 0},
-    {"aten::take_along_dim", 0},
-};
-
-bool Uniform(const at::Tensor& t) {
-  return t.defined() && t.numel() > 0 && !t.is_complex() && t.layout() == at::kStrided &&
-         !t.is_quantized() && (t == t.flatten()[0].item()).all().item<bool>();
-}
-
-bool DataDependentlyExempt(const Op& op, const std::vector<at::Tensor>& saved,
-                           const std::vector<int>& parent_indexes, const ReplayResult& result) {
-  const auto only = [&](int index) {
-    return parent_indexes.size() == 1 && parent_indexes[0] == index;
-  };
-  for (const IndexingOp& indexing : kIndexingOps) {
-    if (indexing.op != op.func_name) continue;
-    const bool indexes_only = std::find(parent_indexes.begin(), parent_indexes.end(),
-                                        indexing.source) == parent_indexes.end();
-    return indexes_only && indexing.source < static_cast<int>(saved.size()) &&
-           Uniform(saved[indexing.source]);
-  }
-  if (op.func_name == "torchvision::nms" && saved.size() >= 2 && saved[1].defined() &&
-      result.outputs.size() == 1 && result.outputs[0].defined()) {
-    const int64_t boxes = saved[1].numel();
-    return boxes <= 1 || (only(0) && result.outputs[0].numel() == boxes);
-  }
-  // where(condition, self, other) and masked_fill(self, mask, value): a branch that the
-  // condition never selects (a guard that did not fire) cannot change the output.
-  if (op.func_name == "aten::where" && saved.size() == 3 && saved[0].defined() &&
-      saved[0].scalar_type() == at::kBool) {
-    const bool reads_self = std::find(parent_indexes.begin(), parent_indexes.end(), 1) !=
-                            parent_indexes.end();
-    const bool reads_other = std::find(parent_indexes.begin(), parent_indexes.end(), 2) !=
-                             parent_indexes.end();
-    const bool reads_condition = std::find(parent_indexes.begin(), parent_indexes.end(), 0) !=
-                                 parent_indexes.end();
-    if (reads_condition || reads_self == reads_other) return false;
-    return reads_self ? !saved[0].any().item<bool>() : saved[0].all().item<bool>();
-  }
-  if (op.func_name == "aten::masked_fill" && only(0) && saved.size() >= 2 && saved[1].defined()) {
-    return saved[1].all().item<bool>();
-  }
-  if (op.func_name == "aten::clamp" && only(0) && op.creation_args.size() >= 3 &&
-      op.creation_args[1].isScalar() && op.creation_args[2].isScalar()) {
-    return op.creation_args[1].toScalar().toDouble() == op.creation_args[2].toScalar().toDouble();
-  }
-  if ((op.func_name == "aten::index_put_" || op.func_name == "aten::index_put") && only(0) &&
-      op.creation_args.size() >= 4 && op.creation_args[3].isBool() &&
-      !op.creation_args[3].toBool() && !saved.empty() && saved[0].defined()) {
-    c10::List<c10::optional<at::Tensor>> indices;
-    for (const c10::IValue& index : op.creation_args[1].toListRef()) {
-      indices.push_back(index.isNone() ? c10::optional<at::Tensor>()
-                                       : c10::optional<at::Tensor>(index.toTensor()));
-    }
-    const at::Tensor covered = at::zeros(saved[0].sizes(), at::kBool)
-                                   .index_put_(indices, at::ones({}, at::kBool));
-    return covered.all().item<bool>();
-  }
-  return false;
-}
 
 // nullopt when `actual` is bit-identical to `expected` (NOTE [Bitwise equality]);
 // otherwise what differs. Never throws.
@@ -336,25 +143,6 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
     default:
       return std::nullopt;
   }
-}
-
-// Ops that decide rather than compute: their output may legitimately not react to any
-// perturbation tried (NOTE [Perturbations that can prove]).
-constexpr absl::string_view kPredicates[] = {
-    "aten::eq",         "aten::ne",          "aten::lt",         "aten::le",
-    "aten::gt",         "aten::ge",          "aten::isnan",      "aten::isinf",
-    "aten::isfinite",   "aten::isposinf",    "aten::isneginf",   "aten::any",
-    "aten::all",        "aten::logical_and", "aten::logical_or", "aten::logical_xor",
-    "aten::logical_not", "aten::sign",       "aten::signbit",    "aten::is_nonzero",
-    "aten::equal",      "aten::allclose",    "aten::isclose",    "aten::argmax",
-    "aten::argmin",
-};
-
-bool Predicate(const Op& op) {
-  for (absl::string_view name : kPredicates) {
-    if (name == op.func_name) return true;
-  }
-  return false;
 }
 
 bool AllFinite(const at::Tensor& t) {
@@ -505,7 +293,7 @@ class Validator {
     for (size_t k = 0; k < op.outs.size(); ++k) {
       const at::Tensor& expected = op.outs[k];
       const at::Tensor& actual = replay->outputs[k];
-      if (Uninitialized(op)) {
+      if (Uninitialized(op.func_name)) {
         if (actual.sizes() != expected.sizes() || actual.scalar_type() != expected.scalar_type()) {
           Fail(op, absl::StrCat("output ", k, " has another shape or dtype than captured"));
         }
@@ -517,7 +305,7 @@ class Validator {
     }
     CheckAliasWrites(op);
     CheckFusedTransitions(op, *replay);
-    if (!Uninitialized(op)) CheckPerturbations(op, *replay);
+    if (!Uninitialized(op.func_name)) CheckPerturbations(op, *replay);
   }
 
   // NOTE [Writes through aliases]: each tensor the op changed through an alias must be
@@ -629,13 +417,13 @@ class Validator {
       std::vector<int> indexes;
       for (int i = 0; i < static_cast<int>(op.arg_sources.size()); ++i) {
         const ArgSource& source = op.arg_sources[i];
-        if (source.kind == ArgSource::Kind::kNode && source.name == parent && !ShapeOnly(op, i) &&
-            !UncheckedIndex(op, i) && !state_tensors.contains(i)) {
+        if (source.kind == ArgSource::Kind::kNode && source.name == parent && !ShapeOnly(op.func_name, i) &&
+            !UncheckedIndex(op.func_name, i) && !state_tensors.contains(i)) {
           indexes.push_back(i);
         }
       }
       if (indexes.empty()) continue;
-      if (ZeroedByAnotherArgument(op, saved, indexes)) continue;
+      if (ZeroedByAnotherArgument(op.func_name, saved, indexes)) continue;
       bool empty = true;
       bool finite = true;
       std::string unperturbable;
@@ -677,9 +465,9 @@ class Validator {
       }
       if (reacted) {
         ++report_.perturbations_checked;
-      } else if (DataDependentlyExempt(op, saved, indexes, unperturbed)) {
+      } else if (DataDependentlyExempt(op.func_name, op.creation_args, saved, indexes, unperturbed.outputs)) {
         // NOTE [Data-dependent exemptions]
-      } else if (Predicate(op) || !finite) {
+      } else if (Predicate(op.func_name) || !finite) {
         // NOTE [Perturbations that can prove]
         report_.unproved.push_back(absl::StrCat(
             op.label, " <- ", parent, ": no perturbation tried changes the output (",

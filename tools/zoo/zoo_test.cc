@@ -28,7 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "graph/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "gtest/gtest.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"

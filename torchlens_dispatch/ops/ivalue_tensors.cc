@@ -1,4 +1,4 @@
-#include "graph/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 
 #include <vector>
 

@@ -11,13 +11,16 @@
 // registered buffer per call. The list is the whole mechanism: add an op here, not an `if`
 // elsewhere. Replay (validation/) uses the same list to clone the state arguments
 // before re-running these ops and to check the state transitions.
-#ifndef TORCHLENS_GRAPH_FUSED_MUTATORS_H_
-#define TORCHLENS_GRAPH_FUSED_MUTATORS_H_
+//
+// The list names arguments, never positions: positions are resolved from the schema that
+// LibTorch registered, once, so that a LibTorch whose schema renamed or dropped one fails
+// loudly (an exception naming the operator and the argument) instead of reading another
+// argument.
+#ifndef TORCHLENS_DISPATCH_OPS_FUSED_MUTATORS_H_
+#define TORCHLENS_DISPATCH_OPS_FUSED_MUTATORS_H_
 
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
-
-#include <initializer_list>
 
 #include "absl/strings/string_view.h"
 
@@ -30,7 +33,9 @@ struct FusedMutator {
   int update_flag_argument;  // the bool argument that says the call updates them
 };
 
-// The entry for `name`, or nullptr.
+// The entry for the operator `name`, or nullptr. The first call resolves every entry's
+// argument positions from the registered schemas, and throws std::logic_error if a schema
+// lacks an argument the list names.
 const FusedMutator* FindFusedMutator(absl::string_view name);
 
 // Whether this call, with `args` its arguments, updates the state arguments.
@@ -41,4 +46,4 @@ bool IsStateArgument(const FusedMutator& mutator, int index);
 
 }  // namespace torchlens
 
-#endif  // TORCHLENS_GRAPH_FUSED_MUTATORS_H_
+#endif  // TORCHLENS_DISPATCH_OPS_FUSED_MUTATORS_H_

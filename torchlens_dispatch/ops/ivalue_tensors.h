@@ -6,8 +6,8 @@
 // source per tensor in the order `ForEachTensor` visits them, and replay rebuilds the
 // arguments with `MapTensors` in the same order, so the two must agree: both walk
 // depth-first, left to right, and both skip `None` list elements.
-#ifndef TORCHLENS_GRAPH_IVALUE_TENSORS_H_
-#define TORCHLENS_GRAPH_IVALUE_TENSORS_H_
+#ifndef TORCHLENS_DISPATCH_OPS_IVALUE_TENSORS_H_
+#define TORCHLENS_DISPATCH_OPS_IVALUE_TENSORS_H_
 
 #include <ATen/core/ivalue.h>
 
@@ -42,4 +42,4 @@ c10::IValue MapTensors(const c10::IValue& value,
 
 }  // namespace torchlens
 
-#endif  // TORCHLENS_GRAPH_IVALUE_TENSORS_H_
+#endif  // TORCHLENS_DISPATCH_OPS_IVALUE_TENSORS_H_

@@ -7,8 +7,8 @@
 // `aten::linear`) before CompositeImplicitAutograd kernels decompose them, and it sees
 // the decomposition's own calls too while the key stays in the thread's included set.
 // This is the only place that names it: move it here when PyTorch offers a proper key.
-#ifndef TORCHLENS_DISPATCH_CAPTURE_KEY_H_
-#define TORCHLENS_DISPATCH_CAPTURE_KEY_H_
+#ifndef TORCHLENS_DISPATCH_OPS_CAPTURE_KEY_H_
+#define TORCHLENS_DISPATCH_OPS_CAPTURE_KEY_H_
 
 #include <c10/core/DispatchKey.h>
 #include <c10/core/DispatchKeySet.h>
@@ -24,4 +24,4 @@ constexpr c10::DispatchKeySet kBelowCaptureKey =
 
 }  // namespace torchlens
 
-#endif  // TORCHLENS_DISPATCH_CAPTURE_KEY_H_
+#endif  // TORCHLENS_DISPATCH_OPS_CAPTURE_KEY_H_

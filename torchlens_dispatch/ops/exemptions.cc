@@ -1,0 +1,213 @@
+#include "torchlens_dispatch/ops/exemptions.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace torchlens {
+namespace {
+
+// An argument of an operator: (operator name, tensor position in ForEachTensor order; -1
+// for every tensor argument).
+struct OpArgument {
+  absl::string_view op;
+  int tensor_index;  // -1: every tensor argument
+};
+
+// Arguments whose values cannot change an op's output: tensors it reads only for their
+// shape, dtype or device, and destinations it overwrites entirely.
+constexpr OpArgument kShapeOnlyArguments[] = {
+    {"aten::zeros_like", -1},   {"aten::ones_like", -1}, {"aten::empty_like", -1},
+    {"aten::full_like", -1},    {"aten::rand_like", -1}, {"aten::randn_like", -1},
+    {"aten::randint_like", -1}, {"aten::new_zeros", -1}, {"aten::new_ones", -1},
+    {"aten::new_empty", -1},    {"aten::new_full", -1},  {"aten::expand_as", 1},
+    {"aten::view_as", 1},       {"aten::reshape_as", 1}, {"aten::type_as", 1},
+    {"aten::to", 1},  // to.other: the second tensor gives only dtype and device
+    {"aten::copy_", 0},         {"aten::fill_", 0},      {"aten::zero_", 0},
+    {"aten::set_", 0},
+    {"aten::normal_", 0},       {"aten::uniform_", 0},   {"aten::random_", 0},
+    {"aten::exponential_", 0},  {"aten::cauchy_", 0},    {"aten::log_normal_", 0},
+    {"aten::geometric_", 0},    {"aten::bernoulli_", 0},
+};
+
+// Arguments a kernel reads as indices without bounds checks: a perturbed value would make
+// it read outside its input (torchvision's RoI kernels take each box's image index from
+// column 0 of `rois` and crashed the zoo test under perturbation). Replay and the edge
+// check still cover them.
+constexpr OpArgument kUncheckedIndexArguments[] = {
+    {"torchvision::roi_align", 1},
+    {"torchvision::roi_pool", 1},
+    {"torchvision::ps_roi_align", 1},
+    {"torchvision::ps_roi_pool", 1},
+};
+
+// Ops whose outputs are uninitialized memory: replay checks their shape and dtype only.
+constexpr absl::string_view kUninitializedOutputs[] = {
+    "aten::empty",         "aten::empty_like",        "aten::new_empty",
+    "aten::empty_strided", "aten::new_empty_strided",
+};
+
+// Ops whose result depends only on their arguments' metadata (shape, dtype, layout).
+constexpr absl::string_view kMetadataOps[] = {
+    "aten::is_floating_point", "aten::is_complex", "aten::size",        "aten::dim",
+    "aten::numel",             "aten::stride",     "aten::sym_size",    "aten::sym_numel",
+    "aten::sym_stride",        "aten::is_contiguous", "aten::element_size", "aten::is_same_size",
+    "aten::_shape_as_tensor",
+};
+
+// A product with an all-zero factor does not depend on the other factors: stochastic
+// depth multiplies a dropped block by a zero mask, and torchvision initializes ViT's head
+// weight to zeros. (Operator, the tensor positions that multiply each other.)
+struct Product {
+  absl::string_view op;
+  int factors[2];
+};
+constexpr Product kProducts[] = {
+    {"aten::mul", {0, 1}},    {"aten::mul_", {0, 1}}, {"aten::linear", {0, 1}},
+    {"aten::matmul", {0, 1}}, {"aten::mm", {0, 1}},   {"aten::bmm", {0, 1}},
+    {"aten::addmm", {1, 2}},  {"aten::conv1d", {0, 1}}, {"aten::conv2d", {0, 1}},
+    {"aten::conv3d", {0, 1}},
+};
+
+
+// The source or destination argument of indexing ops (NOTE [Data-dependent exemptions]):
+// (Operator, tensor position of the source or destination.)
+struct IndexingOp {
+  absl::string_view op;
+  int source;
+};
+constexpr IndexingOp kIndexingOps[] = {
+    {"aten::index", 0}, {"aten::index_select", 0}, {"aten::gather", 0}, {"aten::take", 0},
+    {"aten::take_along_dim", 0},
+};
+
+bool Uniform(const at::Tensor& t) {
+  return t.defined() && t.numel() > 0 && !t.is_complex() && t.layout() == at::kStrided &&
+         !t.is_quantized() && (t == t.flatten()[0].item()).all().item<bool>();
+}
+
+// Ops that decide rather than compute: their output may legitimately not react to any
+// perturbation tried (NOTE [Perturbations that can prove] in validation/validate.cc).
+constexpr absl::string_view kPredicates[] = {
+    "aten::eq",         "aten::ne",          "aten::lt",         "aten::le",
+    "aten::gt",         "aten::ge",          "aten::isnan",      "aten::isinf",
+    "aten::isfinite",   "aten::isposinf",    "aten::isneginf",   "aten::any",
+    "aten::all",        "aten::logical_and", "aten::logical_or", "aten::logical_xor",
+    "aten::logical_not", "aten::sign",       "aten::signbit",    "aten::is_nonzero",
+    "aten::equal",      "aten::allclose",    "aten::isclose",    "aten::argmax",
+    "aten::argmin",
+};
+
+}  // namespace
+
+bool UncheckedIndex(absl::string_view op, int tensor_index) {
+  for (const OpArgument& entry : kUncheckedIndexArguments) {
+    if (entry.op == op && entry.tensor_index == tensor_index) return true;
+  }
+  return false;
+}
+
+bool Uninitialized(absl::string_view op) {
+  for (absl::string_view name : kUninitializedOutputs) {
+    if (name == op) return true;
+  }
+  return false;
+}
+
+bool ShapeOnly(absl::string_view op, int tensor_index) {
+  for (absl::string_view name : kMetadataOps) {
+    if (name == op) return true;
+  }
+  for (const OpArgument& entry : kShapeOnlyArguments) {
+    if (entry.op == op &&
+        (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ZeroedByAnotherArgument(absl::string_view op, const std::vector<at::Tensor>& saved,
+                             const std::vector<int>& parent_indexes) {
+  for (const Product& product : kProducts) {
+    if (product.op != op) continue;
+    for (int f = 0; f < 2; ++f) {
+      const int mine = product.factors[f];
+      const int other = product.factors[1 - f];
+      if (std::find(parent_indexes.begin(), parent_indexes.end(), mine) == parent_indexes.end() ||
+          std::find(parent_indexes.begin(), parent_indexes.end(), other) != parent_indexes.end() ||
+          other >= static_cast<int>(saved.size())) {
+        continue;
+      }
+      const at::Tensor& factor = saved[other];
+      if (factor.defined() && factor.numel() > 0 && !factor.is_complex() &&
+          !(factor != 0).any().item<bool>()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args,
+                           const std::vector<at::Tensor>& saved,
+                           const std::vector<int>& parent_indexes,
+                           const std::vector<at::Tensor>& outputs) {
+  const auto only = [&](int index) {
+    return parent_indexes.size() == 1 && parent_indexes[0] == index;
+  };
+  for (const IndexingOp& indexing : kIndexingOps) {
+    if (indexing.op != op) continue;
+    const bool indexes_only = std::find(parent_indexes.begin(), parent_indexes.end(),
+                                        indexing.source) == parent_indexes.end();
+    return indexes_only && indexing.source < static_cast<int>(saved.size()) &&
+           Uniform(saved[indexing.source]);
+  }
+  if (op == "torchvision::nms" && saved.size() >= 2 && saved[1].defined() &&
+      outputs.size() == 1 && outputs[0].defined()) {
+    const int64_t boxes = saved[1].numel();
+    return boxes <= 1 || (only(0) && outputs[0].numel() == boxes);
+  }
+  // where(condition, self, other) and masked_fill(self, mask, value): a branch that the
+  // condition never selects (a guard that did not fire) cannot change the output.
+  if (op == "aten::where" && saved.size() == 3 && saved[0].defined() &&
+      saved[0].scalar_type() == at::kBool) {
+    const bool reads_self = std::find(parent_indexes.begin(), parent_indexes.end(), 1) !=
+                            parent_indexes.end();
+    const bool reads_other = std::find(parent_indexes.begin(), parent_indexes.end(), 2) !=
+                             parent_indexes.end();
+    const bool reads_condition = std::find(parent_indexes.begin(), parent_indexes.end(), 0) !=
+                                 parent_indexes.end();
+    if (reads_condition || reads_self == reads_other) return false;
+    return reads_self ? !saved[0].any().item<bool>() : saved[0].all().item<bool>();
+  }
+  if (op == "aten::masked_fill" && only(0) && saved.size() >= 2 && saved[1].defined()) {
+    return saved[1].all().item<bool>();
+  }
+  if (op == "aten::clamp" && only(0) && args.size() >= 3 &&
+      args[1].isScalar() && args[2].isScalar()) {
+    return args[1].toScalar().toDouble() == args[2].toScalar().toDouble();
+  }
+  if ((op == "aten::index_put_" || op == "aten::index_put") && only(0) &&
+      args.size() >= 4 && args[3].isBool() &&
+      !args[3].toBool() && !saved.empty() && saved[0].defined()) {
+    c10::List<c10::optional<at::Tensor>> indices;
+    for (const c10::IValue& index : args[1].toListRef()) {
+      indices.push_back(index.isNone() ? c10::optional<at::Tensor>()
+                                       : c10::optional<at::Tensor>(index.toTensor()));
+    }
+    const at::Tensor covered = at::zeros(saved[0].sizes(), at::kBool)
+                                   .index_put_(indices, at::ones({}, at::kBool));
+    return covered.all().item<bool>();
+  }
+  return false;
+}
+
+bool Predicate(absl::string_view op) {
+  for (absl::string_view name : kPredicates) {
+    if (name == op) return true;
+  }
+  return false;
+}
+
+}  // namespace torchlens

@@ -1,0 +1,67 @@
+// What torchlens' validation knows about operators' arguments: which ones cannot change
+// an op's output, and which an op only decides on. validation/validate.cc asks these when
+// it perturbs a parent (README "Validation" lists them). Arguments are named by their
+// tensor index: the position among the op's tensor arguments in ForEachTensor order
+// (ivalue_tensors.h).
+//
+// NOTE [Data-dependent exemptions]
+// Some arguments cannot change an op's output for the values this pass happened to see.
+// They are checked only after every perturbation failed, and exempted only when the saved
+// values prove it (TorchLens exempts index arguments and clamp unconditionally):
+//   * an index into a source whose elements are all equal selects the same values whatever
+//     it holds (detection models index uniform scores);
+//   * clamp with min == max returns that value whatever the input;
+//   * index_put without accumulation whose indices cover every element of the destination
+//     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor);
+//   * where and masked_fill whose condition never selects the argument (a threshold guard
+//     that did not fire: `where(|x| > 100, x, 0)` with every |x| below 100) ignore it;
+//   * torchvision's nms that kept every box returned the boxes in score order, which the
+//     boxes did not decide; with at most one box, neither boxes nor scores decide anything
+//     (detection heads run it per class, often on one box).
+#ifndef TORCHLENS_DISPATCH_OPS_EXEMPTIONS_H_
+#define TORCHLENS_DISPATCH_OPS_EXEMPTIONS_H_
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace torchlens {
+
+// Whether tensor argument `tensor_index` of operator `op` ("aten::zeros_like") can change
+// its output only through its shape, dtype or device, or is a destination the op
+// overwrites whole (`copy_`, `fill_`, `set_`); true for every argument of metadata ops
+// (`size`, `dim`, ...).
+bool ShapeOnly(absl::string_view op, int tensor_index);
+
+// Whether the kernel reads that argument as indices without bounds checks, so that a
+// perturbed value would make it read outside its input (torchvision's RoI kernels read
+// each box's image index from `rois`): never perturbed.
+bool UncheckedIndex(absl::string_view op, int tensor_index);
+
+// Whether the op's outputs are uninitialized memory (`empty*`): replay checks their shape
+// and dtype only.
+bool Uninitialized(absl::string_view op);
+
+// Whether the tensors `parent_indexes` are factors of a product whose other factor, in
+// the saved arguments `saved`, is all zeros (stochastic depth's dropped block).
+bool ZeroedByAnotherArgument(absl::string_view op, const std::vector<at::Tensor>& saved,
+                             const std::vector<int>& parent_indexes);
+
+// Whether the saved values prove that the arguments `parent_indexes` cannot change this
+// call's output (NOTE [Data-dependent exemptions]). `args` are the call's arguments,
+// `saved` its tensor arguments and `outputs` its tensor results.
+bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args,
+                           const std::vector<at::Tensor>& saved,
+                           const std::vector<int>& parent_indexes,
+                           const std::vector<at::Tensor>& outputs);
+
+// Whether the op decides rather than computes (comparisons, isnan, any, argmax, ...): its
+// output may legitimately not react to any perturbation tried.
+bool Predicate(absl::string_view op);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_DISPATCH_OPS_EXEMPTIONS_H_
