@@ -134,7 +134,7 @@ class Intervention {
     return false;
   }
 
-  int IndexOf(const std::string& label) const {
+  int IndexOf(absl::string_view label) const {
     auto it = index_of_.find(label);
     return it == index_of_.end() ? -1 : static_cast<int>(it->second);
   }
@@ -316,26 +316,12 @@ class Intervention {
 
   // The kFused version node of the buffer that state argument `argument` of `op` held.
   int FusedVersion(const Op& op, int argument) const {
-    int tensor_index = -1;
-    int index = 0;
-    for (size_t a = 0; a < op.creation_args.size(); ++a) {
-      ForEachTensor(op.creation_args[a], [&](const at::Tensor&) {
-        if (static_cast<int>(a) == argument && tensor_index < 0) tensor_index = index;
-        ++index;
-      });
-    }
-    if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) return -1;
-    const int previous = IndexOf(op.arg_sources[tensor_index].name);
-    if (previous < 0 || !original_[previous].is_buffer) return -1;
-    for (const std::string& child : op.children) {
-      const int candidate = IndexOf(child);
-      if (candidate >= 0 && original_[candidate].is_buffer &&
-          original_[candidate].address == original_[previous].address &&
-          original_[candidate].buffer_write_kind == WriteKind::kFused) {
-        return candidate;
-      }
-    }
-    return -1;
+    const FusedStateVersions versions =
+        FindFusedStateVersions(op, argument, [this](absl::string_view label) -> const Op* {
+          const int index = IndexOf(label);
+          return index < 0 ? nullptr : &original_[index];
+        });
+    return versions.written == nullptr ? -1 : static_cast<int>(versions.written - original_.data());
   }
 
   const std::vector<Op>& original_;
@@ -365,11 +351,7 @@ absl::string_view DiagnosticKindName(DiagnosticKind kind) {
 }
 
 absl::StatusOr<DoResult> Do(const Trace& trace, std::vector<Edit> edits, DoOptions options) {
-  if (!trace.has_saved_values()) {
-    return absl::FailedPreconditionError(
-        "the trace holds no saved values to replay from: capture with "
-        "CaptureOptions::save_activations = true (the default) to intervene on it");
-  }
+  if (absl::Status saved = RequireSavedValues(trace, "intervene on it"); !saved.ok()) return saved;
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
   Intervention intervention(trace, options);
   if (absl::Status status = intervention.Apply(edits, trace); !status.ok()) return status;

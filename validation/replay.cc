@@ -80,6 +80,45 @@ std::vector<c10::IValue> ReplayArguments(const Op& op, const ArgumentValue& valu
   return args;
 }
 
+absl::Status RequireSavedValues(const Trace& trace, absl::string_view purpose) {
+  if (trace.has_saved_values()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("the trace holds no saved values, so there is nothing to replay: capture with "
+                   "CaptureOptions::save_activations = true (the default) to ",
+                   purpose));
+}
+
+std::vector<int> FirstTensorOfArguments(const Op& op) {
+  std::vector<int> first(op.creation_args.size(), -1);
+  int index = 0;
+  for (size_t a = 0; a < op.creation_args.size(); ++a) {
+    ForEachTensor(op.creation_args[a], [&](const at::Tensor&) {
+      if (first[a] < 0) first[a] = index;
+      ++index;
+    });
+  }
+  return first;
+}
+
+FusedStateVersions FindFusedStateVersions(
+    const Op& op, int argument, const std::function<const Op*(absl::string_view)>& node) {
+  FusedStateVersions versions;
+  const std::vector<int> first = FirstTensorOfArguments(op);
+  const int tensor_index = argument >= 0 && argument < static_cast<int>(first.size()) ? first[argument] : -1;
+  if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) return versions;
+  const Op* previous = node(op.arg_sources[tensor_index].name);
+  if (previous == nullptr || !previous->is_buffer) return versions;
+  versions.previous = previous;
+  for (const std::string& child : op.children) {
+    const Op* candidate = node(child);
+    if (candidate != nullptr && candidate->is_buffer && candidate->address == previous->address &&
+        candidate->buffer_write_kind == WriteKind::kFused) {
+      versions.written = candidate;
+    }
+  }
+  return versions;
+}
+
 at::Tensor TensorArgument(const std::vector<c10::IValue>& args, int index) {
   at::Tensor found;
   int i = 0;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "graph/trace.h"
 
 namespace torchlens {
@@ -69,6 +70,26 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
 
 // Whether the op consumes randomness (tagged nondeterministic_seeded or takes a Generator).
 bool ConsumesRandomness(const Op& op);
+
+// kFailedPrecondition saying that a trace without saved values cannot be used to
+// `purpose` ("validate it"), or OK.
+absl::Status RequireSavedValues(const Trace& trace, absl::string_view purpose);
+
+// For each argument position of `op`, the tensor index (ForEachTensor order over
+// `op.creation_args`, the position of its source in `op.arg_sources`) of its first
+// tensor; -1 for arguments that hold no tensor.
+std::vector<int> FirstTensorOfArguments(const Op& op);
+
+// The buffer versions around a fused write (NOTE [Fused buffer writes]): for state
+// argument `argument` of `op`, the version the call read (`previous`, null when the
+// argument is not a registered buffer) and the kFused version it wrote (`written`, null
+// when the trace has none). `node` finds a node of the trace by label.
+struct FusedStateVersions {
+  const Op* previous = nullptr;
+  const Op* written = nullptr;
+};
+FusedStateVersions FindFusedStateVersions(
+    const Op& op, int argument, const std::function<const Op*(absl::string_view)>& node);
 
 // The tensor at `index` (ForEachTensor order) of `args`, or an undefined tensor.
 at::Tensor TensorArgument(const std::vector<c10::IValue>& args, int index);

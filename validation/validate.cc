@@ -351,42 +351,21 @@ class Validator {
   // NOTE [Fused buffer writes]: the re-run from the previous version's state must produce
   // the captured version.
   void CheckFusedTransitions(const Op& op, const ReplayResult& replay) {
-    if (replay.state_after.empty()) return;
-    const FusedMutator* fused = FindFusedMutator(op.func_name);
-    // Tensor index (ForEachTensor order) of each argument position.
-    std::vector<int> first_tensor(op.creation_args.size(), -1);
-    int index = 0;
-    for (size_t a = 0; a < op.creation_args.size(); ++a) {
-      ForEachTensor(op.creation_args[a], [&](const at::Tensor&) {
-        if (first_tensor[a] < 0) first_tensor[a] = index;
-        ++index;
-      });
-    }
     for (const auto& [argument, after] : replay.state_after) {
-      const int tensor_index =
-          argument < static_cast<int>(first_tensor.size()) ? first_tensor[argument] : -1;
-      if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) continue;
-      const Op* previous = Node(op.arg_sources[tensor_index].name);
-      if (previous == nullptr || !previous->is_buffer) continue;  // not a registered buffer
-      const Op* version = nullptr;
-      for (const std::string& child : op.children) {
-        const Op* candidate = Node(child);
-        if (candidate != nullptr && candidate->is_buffer &&
-            candidate->address == previous->address &&
-            candidate->buffer_write_kind == WriteKind::kFused) {
-          version = candidate;
-        }
-      }
-      if (version == nullptr) {
-        Fail(op, absl::StrCat("updated ", previous->address, " (", fused ? fused->name : "",
+      const FusedStateVersions versions = FindFusedStateVersions(
+          op, argument, [this](absl::string_view label) { return Node(label); });
+      if (versions.previous == nullptr) continue;  // not a registered buffer
+      if (versions.written == nullptr) {
+        Fail(op, absl::StrCat("updated ", versions.previous->address, " (", op.func_name,
                               ") but the trace has no fused version for it"));
         continue;
       }
-      fused_checked_.insert(version);
-      if (std::optional<std::string> diff = Difference(after, version->out)) {
-        Fail(*version,
-             absl::StrCat("fused write of ", version->address, " differs from re-running ",
-                          op.label, " from ", previous->label, " (", *diff, ")"));
+      fused_checked_.insert(versions.written);
+      if (std::optional<std::string> diff = Difference(after, versions.written->out)) {
+        Fail(*versions.written,
+             absl::StrCat("fused write of ", versions.written->address,
+                          " differs from re-running ", op.label, " from ",
+                          versions.previous->label, " (", *diff, ")"));
       }
     }
   }
@@ -403,12 +382,12 @@ class Validator {
     // Tensor indexes that are fused state arguments.
     absl::flat_hash_set<int> state_tensors;
     if (updating) {
-      int index = 0;
-      for (size_t a = 0; a < op.creation_args.size(); ++a) {
-        ForEachTensor(op.creation_args[a], [&](const at::Tensor&) {
-          if (IsStateArgument(*fused, static_cast<int>(a))) state_tensors.insert(index);
-          ++index;
-        });
+      const std::vector<int> first = FirstTensorOfArguments(op);
+      for (int s = 0; s < fused->num_state_arguments; ++s) {
+        const int argument = fused->state_arguments[s];
+        if (argument < static_cast<int>(first.size()) && first[argument] >= 0) {
+          state_tensors.insert(first[argument]);
+        }
       }
     }
     const std::vector<at::Tensor> saved = SavedArguments(op);
@@ -572,11 +551,7 @@ class Validator {
 }  // namespace
 
 absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace) {
-  if (!trace.has_saved_values()) {
-    return absl::FailedPreconditionError(
-        "the trace holds no saved values, so there is nothing to replay: capture with "
-        "CaptureOptions::save_activations = true (the default) to validate it");
-  }
+  if (absl::Status saved = RequireSavedValues(trace, "validate it"); !saved.ok()) return saved;
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
   return Validator(trace).Run();
 }
