@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "gtest/gtest.h"
 #include "torchlens_dispatch/capture.h"
@@ -53,6 +54,8 @@ struct Row {
   int64_t ops = 0;
   size_t buffers = 0;
   double cost = 0;
+  size_t dead = 0;      // eval: nodes validation listed as dead computation
+  size_t unproved = 0;  // eval: edges no perturbation could prove
   std::vector<std::string> problems;
 };
 
@@ -111,7 +114,7 @@ std::string ModeCheck(const std::string& name, const std::string& mode, const st
                         " returned");
   }
   for (size_t i = 0; i < plain.size(); ++i) {
-    if (!at::equal(captured[i], plain[i]))
+    if (!BitIdentical(captured[i], plain[i]))
       return absl::StrCat(mode, ": output ", i, " differs from the uncaptured run");
     const std::string key = absl::StrCat(mode, "_output_", i);
     if (!values.hasattr(key)) return absl::StrCat(mode, ": no eager output ", i);
@@ -128,7 +131,7 @@ std::string ModeCheck(const std::string& name, const std::string& mode, const st
     for (const torch::jit::NameTensor& b : model->named_buffers()) {
       if (b.name == buffer.name) captured_buffer.value = b.value;
     }
-    if (!at::equal(captured_buffer.value, buffer.value)) {
+    if (!BitIdentical(captured_buffer.value, buffer.value)) {
       return absl::StrCat(mode, ": buffer ", buffer.name, " differs from the uncaptured run");
     }
     if (values.hasattr(key) &&
@@ -144,6 +147,11 @@ std::string ModeCheck(const std::string& name, const std::string& mode, const st
     for (const std::string& failure : report->failures) std::cerr << "  " << failure << "\n";
     return absl::StrCat(mode, " validation: ", report->failures.size(),
                         " failures, first: ", report->failures.front());
+  }
+  if (mode == "eval") {
+    row->dead = report->dead.size();
+    row->unproved = report->unproved.size();
+    for (const std::string& line : report->unproved) std::cerr << "  unproved " << line << "\n";
   }
   // BatchNorm: in training mode each of the three buffers is written once per call.
   std::map<std::string, int> calls;
@@ -237,11 +245,12 @@ TEST(ZooTest, EveryExportedModel) {
     rows.push_back(std::move(row));
   }
   std::ostringstream table;
-  table << "| model | family | export | ops | buffers | eval + train | capture cost |\n"
-        << "|---|---|---|---:|---:|---|---:|\n";
+  table << "| model | family | export | ops | buffers | dead | unproved | eval + train | "
+           "capture cost |\n"
+        << "|---|---|---|---:|---:|---:|---:|---|---:|\n";
   for (const Row& row : rows) {
     table << "| " << row.model << " | " << row.family << " | " << row.how << " | " << row.ops
-          << " | " << row.buffers << " | "
+          << " | " << row.buffers << " | " << row.dead << " | " << row.unproved << " | "
           << (row.problems.empty() ? "validated" : absl::StrJoin(row.problems, "; ")) << " | "
           << (row.cost > 0 ? absl::StrFormat("%.2fx", row.cost) : std::string("n/a")) << " |\n";
   }
