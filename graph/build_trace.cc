@@ -92,9 +92,10 @@ Trace BuildTrace(CaptureRecord record) {
     }
   };
 
-  // One pass in execution order. NOTE [Node order]: every source names an earlier node (a
-  // producer is recorded before any reader of its output), so a parent's label exists when
-  // its reader is labelled, and children are appended in execution order without a lookup.
+  // NOTE [Node order]
+  // One pass in execution order: every source names an earlier node (a producer is
+  // recorded before any reader of its output), so a parent's label exists when its reader
+  // is labelled, and children are appended in execution order without a lookup.
   absl::InlinedVector<int32_t, 8> parent_indices;
   for (size_t n = 0; n < nodes.size(); ++n) {
     const NodeRecord& node = nodes[n];
@@ -161,7 +162,7 @@ Trace BuildTrace(CaptureRecord record) {
     for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
       const SourceRecord& source = record.sources[s];
       if (source.kind == SourceRecord::Kind::kParam) ++num_params;
-      // NOTE [Node order]: a source that names no earlier node would be a capture bug; it
+      // A source that names no earlier node (NOTE [Node order]) would be a capture bug; it
       // makes no edge rather than reading an op not built yet.
       if (source.kind != SourceRecord::Kind::kNode || source.index < 0 ||
           source.index >= static_cast<int32_t>(n) ||

@@ -1,6 +1,6 @@
 // A trace's metadata as JSON (no tensor values), for tools and other languages.
 //
-// Schema "torchlens.trace.json", version 1 (README "JSON schema" describes every field):
+// Schema "torchlens.trace.json", version 1; every field:
 //   {
 //     "schema": "torchlens.trace.json", "version": 1,
 //     "training": bool, "has_saved_values": bool,

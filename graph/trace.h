@@ -266,9 +266,9 @@ class Trace {
     return *empty;
   }
   // NOTE [Lazy label index]
-  // Finding an op by label needs a hash index of every label, which costs a capture
-  // 0.02-0.06 us per op (hashing labels longer than 16 bytes is slower), and many traces
-  // are never searched. The index is built by the first `Find`, once, also when several
+  // Finding an op by label needs a hash index of every label, which costs a capture a
+  // hash per op (labels longer than 16 bytes hash slower), and many traces are never
+  // searched. The index is built by the first `Find`, once, also when several
   // threads search the same trace at once.
   struct LabelIndex {
     absl::once_flag built;

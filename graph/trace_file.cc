@@ -394,7 +394,7 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path) {
 }
 
 absl::StatusOr<c10::IValue> LoadPickled(const std::vector<char>& bytes) {
-  // NOTE [Untrusted archives]
+  // See NOTE [Untrusted archives].
   if (absl::Status checked = CheckTorchArchive(bytes); !checked.ok()) return checked;
   try {
     caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));

@@ -374,7 +374,7 @@ void Recorder::IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> ba
 }
 
 void Recorder::RecordAliasWrites(int32_t writer) {
-  // NOTE [Writes through views]
+  // See NOTE [Writes through views].
   for (OverwrittenValue& overwritten : overwritten_) {
     const SavedValue& saved = overwritten.saved;
     TensorEntry* entry = Lookup(saved.tensor);
@@ -459,7 +459,7 @@ void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet key
 Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
   auto it = tensors_.find(impl);
   if (it == tensors_.end()) return nullptr;
-  // NOTE [Address reuse in unsaved mode]
+  // See NOTE [Address reuse in unsaved mode].
   const TensorEntry& entry = it->second;
   if ((entry.version.enabled() && CounterOf(entry.version) != CounterOf(impl->version_counter())) ||
       (entry.alive.has_value() && entry.alive->expired())) {
@@ -471,7 +471,7 @@ Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
 
 void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
   if (!options_.save_activations && entry.param < 0 && entry.buffer < 0) {
-    // NOTE [Address reuse in unsaved mode]
+    // See NOTE [Address reuse in unsaved mode].
     const c10::VariableVersion& version = tensor.unsafeGetTensorImpl()->version_counter();
     if (version.enabled()) {
       entry.version = version;
@@ -568,7 +568,7 @@ int32_t Recorder::ParamId(const c10::TensorImpl* impl) {
     // The parameters expected 16 reads ahead, and their modules (ids follow the order but
     // for tied parameters): both arrays are cold when a capture starts, and sequential
     // reads spaced a whole op apart are too sparse for the hardware to see (NOTE [Cold
-    // record memory]; 0.01-0.03 us per op on a 2,000-layer MLP).
+    // record memory]).
     const size_t ahead = std::min(next_param_ + 16, order.size() - 1);
     __builtin_prefetch(&order[ahead]);
     __builtin_prefetch(&layout_->param_modules[ahead]);
@@ -1004,7 +1004,7 @@ int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& si
   // See NOTE [Layers and passes].
   if (!site.in_script && module == 0) return next_layer_++;
   if (site.layer_class >= 0 && module == site.module) {
-    // NOTE [Layer classes]
+    // See NOTE [Layer classes].
     const size_t number = static_cast<size_t>(site.layer_class);
     if (number >= layer_of_class_.size()) {
       layer_of_class_.resize(std::max(number + 1, 2 * layer_of_class_.size()), -1);
@@ -1072,8 +1072,10 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
     record_.nodes.push_back(node);
   });
 
-  // NOTE [Unjournaled buffer changes]: a buffer whose value at the end differs from its
-  // last recorded version changed in a way capture could not see (set_data, a raw write).
+  // NOTE [Unjournaled buffer changes]
+  // A buffer whose value at the end differs from its last recorded version changed in a
+  // way capture could not see (set_data, a raw write): Finish reports it (README
+  // "Unjournaled buffer changes").
   for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
     const BufferState& state = buffers_[buffer];
     const at::Tensor now = CurrentBuffer(*state.entry);

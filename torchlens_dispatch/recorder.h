@@ -26,8 +26,8 @@
 // the tensor's version counter: a small object that every new tensor allocates, shared
 // only by views and detached aliases of the same data, so a different counter at a known
 // address means a different tensor. Pinning it, not the TensorImpl (a weak reference),
-// lets the allocator hand the hot TensorImpl memory to the next op's output; on
-// mlp2000 that is 0.3 us per op (README "Benchmark"). Tensors without a counter
+// lets the allocator hand the hot TensorImpl memory to the next op's output, which is
+// still in cache (README "Performance"). Tensors without a counter
 // (created under InferenceMode) keep a weak reference instead.
 //
 // NOTE [Copy-on-write of saved values]

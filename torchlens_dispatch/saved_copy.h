@@ -6,10 +6,9 @@
 // interventions, export). Copied the usual way, every cache line of the new tensor is
 // first read from memory, only to be overwritten, and then evicts some of what the model
 // is about to use. Large contiguous CPU tensors are therefore copied with non-temporal
-// stores, which write the new lines straight to memory: ResNet-18's 25 copies (torchvision's
-// in-place ReLUs and residual adds overwrite 12 MB of saved values per forward) took
-// 0.66-0.86 ms instead of 0.89-1.11 ms with `clone()`, and full captures of ResNet-18,
-// alternating with and without, were 0.13-0.29 ms faster (README "Performance"). Everything
+// stores, which write the new lines straight to memory (torchvision's in-place ReLUs and
+// residual adds make ResNets copy megabytes of saved values per forward; README
+// "Performance" has the measurements). Everything
 // else, and every tensor under 256 KiB (whose copy may well be read soon, from cache),
 // is cloned.
 #ifndef TORCHLENS_DISPATCH_SAVED_COPY_H_

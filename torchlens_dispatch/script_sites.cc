@@ -136,7 +136,7 @@ ScriptSite ScriptSites::Current(c10::Symbol op) {
     ++marked_;
     ScriptSite site{true, module, marked->position, unresolved};
     if (!unresolved) {
-      // NOTE [Layer classes]
+      // See NOTE [Layer classes].
       uint64_t layer_class = marked->layer_class.load();
       if (layer_class >> 32 != serial) {
         layer_class = serial << 32 | static_cast<uint32_t>(addresses_->layer_classes()->Number(

@@ -31,7 +31,7 @@ namespace torchlens {
 
 // NOTE [Site markers]
 // Asking the interpreter where an op runs (`currentModuleHierarchy()` and
-// `currentCallstack()`) builds strings on every op, about 0.8 us. A graph torchlens runs
+// `currentCallstack()`) builds strings on every op, which costs more than the rest of the capture. A graph torchlens runs
 // itself (script_runner.h) is instead rewritten before its first run: each node that
 // dispatches an op is preceded by a call to the JIT-only op `torchlens::site`, whose
 // argument points at a `MarkedSite` computed once from the node's inlined call stack. The
@@ -40,10 +40,9 @@ namespace torchlens {
 // Marked sites live as long as the process (the private plans are never freed).
 // Aligned to a cache line, with what every capture reads first: a model's sites are cold
 // by the time its next capture runs, and one miss per op is the cost that grows with the
-// model (README "Benchmark"). The marker prefetches its site, which the recorder reads
-// after the op ran: on a 2,000-layer MLP that saves 0.06-0.11 us per op. A site does not
-// prefetch the next one: the prefetch instruction itself stalled on that model (profiled),
-// and captures were 0.02 us per op faster without it (alternating runs).
+// model (README "Performance"). The marker prefetches its site, which the recorder reads
+// after the op ran. A site does not prefetch the next one: on large models the prefetch
+// instruction itself stalled (profiled), and captures were faster without it.
 struct alignas(64) MarkedSite {
   // A value cached for the module tree it was computed against, (tree serial << 32) |
   // value; 0 when none. One atomic word, so threads capturing the same model can share it.

@@ -162,7 +162,7 @@ class Intervention {
   }
 
   absl::Status BufferVersion(size_t i, Op& op) {
-    // NOTE [Threading buffer state]
+    // See NOTE [Threading buffer state].
     const int producer = IndexOf(op.parents[0]);
     std::string gap;
     if (op.buffer_write_kind == WriteKind::kFused) {
@@ -223,7 +223,7 @@ class Intervention {
       return *reference;
     };
 
-    // NOTE [Values that leave the graph]
+    // See NOTE [Values that leave the graph].
     if (HasNonTensorReturn(*replay)) {
       const absl::StatusOr<ReplayResult>& before = captured_replay();
       if (!before.ok() || !SameNonTensorReturns(*replay, *before)) {
@@ -237,7 +237,7 @@ class Intervention {
       }
     }
 
-    // NOTE [Writes through aliases]
+    // See NOTE [Writes through aliases].
     for (size_t k = 0; k < op.alias_writes.size(); ++k) {
       AliasWrite& write = op.alias_writes[k];
       const AliasWrite& captured_write = captured.alias_writes[k];

@@ -161,7 +161,7 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bo
                      " (capture with CaptureOptions::save_activations = true)"));
   }
 
-  // NOTE [Replay never writes captured data]
+  // See NOTE [Replay never writes captured data].
   const FusedMutator* fused = FindFusedMutator(op.func_name);
   const bool updating = fused != nullptr && UpdatesState(*fused, args);
   ReplayResult result;
@@ -214,7 +214,7 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
 absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& write,
                                             std::vector<c10::IValue> args,
                                             const at::Tensor& before) {
-  // NOTE [Writes through aliases]
+  // See NOTE [Writes through aliases].
   if (write.written_tensor < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "not replayable: ", op.label,

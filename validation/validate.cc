@@ -445,9 +445,9 @@ class Validator {
       if (reacted) {
         ++report_.perturbations_checked;
       } else if (DataDependentlyExempt(op.func_name, op.creation_args, saved, indexes, unperturbed.outputs)) {
-        // NOTE [Data-dependent exemptions]
+        // See NOTE [Data-dependent exemptions].
       } else if (Predicate(op.func_name) || !finite) {
-        // NOTE [Perturbations that can prove]
+        // See NOTE [Perturbations that can prove].
         report_.unproved.push_back(absl::StrCat(
             op.label, " <- ", parent, ": no perturbation tried changes the output (",
             !finite ? "the parent holds NaN or infinite values" : "the op is a predicate", ")"));
