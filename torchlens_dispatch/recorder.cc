@@ -19,6 +19,7 @@
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/randomness.h"
 #include "torchlens_dispatch/saved_copy.h"
 #include "torchlens_dispatch/testing.h"
@@ -72,8 +73,6 @@ bool SamePlace(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor Snapshot(const at::Tensor& tensor) { return tensor.detach().clone(); }
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // The identity of a tensor's version counter (NOTE [Address reuse in unsaved mode]).
 // VariableVersion's one member is the intrusive pointer to the counter, and it offers no
@@ -217,7 +216,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     if (failure_.ok()) {
       failure_ = absl::AbortedError(
           absl::StrCat("the forward pass threw while capturing (", op.operator_name().name, ": ",
-                       FirstLine(e.what()),
+                       FirstLine(e),
                        "); the trace would be incomplete. Fix the error and capture again"));
     }
     throw;
@@ -432,7 +431,7 @@ void Recorder::Abandon(const std::exception& e) {
                       std::string(e.what()).find("alloc") != std::string::npos;
   const std::string message = absl::StrCat(
       memory ? "out of memory while saving values during capture (" : "capture failed (",
-      FirstLine(e.what()),
+      FirstLine(e),
       "); the forward pass was not affected but the trace is incomplete and was dropped. ",
       memory ? "Free memory, or capture with CaptureOptions::save_activations = false"
              : "Report this with the model that triggers it");

@@ -18,6 +18,7 @@
 #include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/capture_key.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/randomness.h"
 
 namespace torchlens {
@@ -33,8 +34,6 @@ absl::StatusOr<c10::OperatorHandle> Handle(const Op& op) {
   }
   return *handle;
 }
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Swaps the default CPU generator's state for the op's captured one and back. The
 // generator's mutex is not held during the op, which locks it itself.
@@ -191,12 +190,9 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bo
   torch::jit::Stack stack(std::move(args));
   try {
     handle->callBoxed(stack);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("not replayable: ", op.func_name,
-                                            " threw: ", FirstLine(e.what_without_backtrace())));
   } catch (const std::exception& e) {
     return absl::InternalError(
-        absl::StrCat("not replayable: ", op.func_name, " threw: ", FirstLine(e.what())));
+        absl::StrCat("not replayable: ", op.func_name, " threw: ", FirstLine(e)));
   }
   for (const c10::IValue& value : stack) {
     ForEachTensor(value, [&](const at::Tensor& t) { result.outputs.push_back(t); });
@@ -248,7 +244,7 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(absl::StrCat(
         "not replayable: cannot lay out the write of ", op.label, " through an alias: ",
-        FirstLine(e.what())));
+        FirstLine(e)));
   }
   int index = 0;
   for (c10::IValue& arg : args) {

@@ -23,6 +23,7 @@
 #include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/capture_key.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/exemptions.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "validation/replay.h"
@@ -170,8 +171,6 @@ bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
   return true;
 }
 
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 class Validator {
  public:
   explicit Validator(const Trace& trace)
@@ -190,7 +189,7 @@ class Validator {
           CheckOutput(op);
         }
       } catch (const std::exception& e) {
-        Fail(op, absl::StrCat("not checkable: ", FirstLine(e.what())));
+        Fail(op, absl::StrCat("not checkable: ", FirstLine(e)));
       }
     }
     for (const Op& op : trace_.ops()) {
@@ -198,7 +197,7 @@ class Validator {
       try {
         CheckBufferVersion(op);
       } catch (const std::exception& e) {
-        Fail(op, absl::StrCat("not checkable: ", FirstLine(e.what())));
+        Fail(op, absl::StrCat("not checkable: ", FirstLine(e)));
       }
     }
     FindDeadNodes();
