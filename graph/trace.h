@@ -253,10 +253,6 @@ class Trace {
   // The parts of this trace, for building a fork with Assemble: ops and buffers are copies
   // whose tensors are shared, module and parameter metadata is shared.
   TraceParts Parts() const;
-  // Mutable access for forks (validation/intervene.cc) that replace saved values before
-  // re-linking; `Relink` recomputes the buffer projections afterwards.
-  std::vector<Op>& mutable_ops() { return ops_; }
-  void Relink();
 
  private:
   template <typename T>
@@ -277,6 +273,8 @@ class Trace {
   const absl::flat_hash_map<absl::string_view, int>& by_label() const;
   // The buffer projections (`Buffer::versions`, initial and final values) from the ops.
   void LinkBuffers();
+  // A new label index and buffer projections for ops that were copied in.
+  void Relink();
 
   std::vector<Op> ops_;
   std::map<std::string, Buffer> buffers_;

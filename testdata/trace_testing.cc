@@ -27,5 +27,18 @@ const Op& Get(const Trace& trace, const std::string& key) {
   return op.ok() ? **op : kMissing;
 }
 
+Trace Changed(const Trace& trace, const std::string& label, const std::function<void(Op&)>& change) {
+  TraceParts parts = trace.Parts();
+  bool found = false;
+  for (Op& op : parts.ops) {
+    if (op.label != label) continue;
+    change(op);
+    found = true;
+  }
+  EXPECT_TRUE(found) << "no node " << label;
+  parts.children_linked = false;
+  return Trace::Assemble(std::move(parts));
+}
+
 }  // namespace testing_util
 }  // namespace torchlens

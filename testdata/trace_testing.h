@@ -2,6 +2,7 @@
 #ifndef TORCHLENS_TESTDATA_TRACE_TESTING_H_
 #define TORCHLENS_TESTDATA_TRACE_TESTING_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ std::vector<std::string> Labels(const Trace& trace);
 
 // trace.Find(key), failing the test (and returning an empty Op) when it is not found.
 const Op& Get(const Trace& trace, const std::string& key);
+
+// A copy of `trace` whose node `label` went through `change` (a tampered trace), built
+// as forks are (Trace::Parts, Trace::Assemble, children recomputed from the parents);
+// fails the test when there is no such node.
+Trace Changed(const Trace& trace, const std::string& label, const std::function<void(Op&)>& change);
 
 }  // namespace testing_util
 }  // namespace torchlens

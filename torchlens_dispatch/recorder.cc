@@ -920,15 +920,14 @@ void Recorder::SetHolder(int32_t buffer, const at::Tensor& tensor) {
   BufferState& state = buffers_[buffer];
   state.holder = tensor;
   TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
-  TensorEntry fresh;
-  if (entry == nullptr) entry = &fresh;
+  if (entry == nullptr) entry = &tensors_[tensor.unsafeGetTensorImpl()];
   entry->buffer = buffer;
   entry->param = -1;
   entry->aliases_buffer = true;
-  // The buffer slot keeps it alive.
+  // The buffer slot keeps it alive: no address-reuse check (NOTE [Address reuse in unsaved
+  // mode]).
   entry->version = c10::VariableVersion(c10::VariableVersion::DISABLED);
   entry->alive.reset();
-  if (entry == &fresh) Remember(tensor, std::move(fresh));
   state.storage = nullptr;
   if (tensor.has_storage()) {
     state.storage = tensor.storage().unsafeGetStorageImpl();

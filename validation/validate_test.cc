@@ -20,6 +20,7 @@ namespace torchlens {
 namespace {
 
 using ::torchlens::testing_util::Capture;
+using ::torchlens::testing_util::Changed;
 
 using ::testing::AllOf;
 using ::testing::Contains;
@@ -27,15 +28,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
-
-Op& Mutable(Trace& trace, const std::string& label) {
-  for (Op& op : trace.mutable_ops()) {
-    if (op.label == label) return op;
-  }
-  ADD_FAILURE() << "no " << label;
-  static Op missing;
-  return missing;
-}
 
 TEST(ValidateTest, EveryTestModelValidates) {
   std::vector<std::string> names = testdata::CoreModels();
@@ -84,8 +76,8 @@ TEST(ValidateTest, SliceWritesAreRedoneFromThePreviousVersion) {
   EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
   EXPECT_THAT(report->state_transition_only, IsEmpty());
   // The write's record of the whole buffer after it, tampered: the redone write differs.
-  Op& copy = Mutable(trace, "copy__1_2:1");
-  copy.alias_writes.at(0).value = copy.alias_writes.at(0).value + 1;
+  trace = Changed(trace, "copy__1_2:1",
+                  [](Op& copy) { copy.alias_writes.at(0).value = copy.alias_writes.at(0).value + 1; });
   report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(report->failures, Contains(StartsWith("buffer_1:2: the value written through an alias by copy__1_2:1")));
@@ -133,9 +125,10 @@ TEST(ValidateTest, DropoutReplaysUnderTheCapturedGeneratorState) {
 
 TEST(ValidateTest, TamperedOutputFails) {
   Trace trace = Capture("mlp");
-  Op& relu = Mutable(trace, "relu_1_2:1");
-  relu.out = relu.out + 0.5;
-  relu.outs[0] = relu.out;
+  trace = Changed(trace, "relu_1_2:1", [](Op& relu) {
+    relu.out = relu.out + 0.5;
+    relu.outs[0] = relu.out;
+  });
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_FALSE(report->passed);
@@ -146,10 +139,10 @@ TEST(ValidateTest, TamperedOutputFails) {
 TEST(ValidateTest, TamperedRunningStatVersionFails) {
   Trace trace = Capture("bn2d_train");
   const std::string label = (*trace.Find("bn.running_mean:2"))->label;
-  Op& version = Mutable(trace, label);
-  version.out = version.out * 2 + 1;
-  version.outs = {version.out};
-  trace.Relink();
+  trace = Changed(trace, label, [](Op& version) {
+    version.out = version.out * 2 + 1;
+    version.outs = {version.out};
+  });
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_FALSE(report->passed);
@@ -158,9 +151,10 @@ TEST(ValidateTest, TamperedRunningStatVersionFails) {
 
 TEST(ValidateTest, TamperedParentEdgeFails) {
   Trace trace = Capture("mlp");
-  Op& fc2 = Mutable(trace, "linear_2_3:1");
-  fc2.parents = {"linear_1_1:1"};
-  fc2.arg_sources[0].name = "linear_1_1:1";
+  trace = Changed(trace, "linear_2_3:1", [](Op& fc2) {
+    fc2.parents = {"linear_1_1:1"};
+    fc2.arg_sources[0].name = "linear_1_1:1";
+  });
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_FALSE(report->passed);
@@ -174,7 +168,7 @@ TEST(ValidateTest, TamperedParentEdgeFails) {
 
 TEST(ValidateTest, ParentListThatDisagreesWithTheArgumentsFails) {
   Trace trace = Capture("mlp");
-  Mutable(trace, "relu_1_2:1").parents = {"input_1"};
+  trace = Changed(trace, "relu_1_2:1", [](Op& relu) { relu.parents = {"input_1"}; });
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(report->failures, Contains(StartsWith("relu_1_2:1: wrong parents")));
@@ -210,10 +204,10 @@ TEST(ValidateTest, DeadOpIsListedAndStillValueChecked) {
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
   EXPECT_THAT(report->dead, ElementsAre("mul_1_1:1"));
-  Op& dead = Mutable(*trace, "mul_1_1:1");
-  dead.out = dead.out + 1;
-  dead.outs[0] = dead.out;
-  report = ValidateForwardPass(*trace);
+  report = ValidateForwardPass(Changed(*trace, "mul_1_1:1", [](Op& dead) {
+    dead.out = dead.out + 1;
+    dead.outs[0] = dead.out;
+  }));
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(report->failures, ElementsAre(StartsWith("mul_1_1:1: value mismatch")));
 }

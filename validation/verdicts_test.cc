@@ -20,6 +20,7 @@ namespace torchlens {
 namespace {
 
 using ::torchlens::testing_util::Capture;
+using ::torchlens::testing_util::Changed;
 using ::torchlens::testing_util::Get;
 using ::testing::Contains;
 using ::testing::ElementsAre;
@@ -91,20 +92,16 @@ TEST(VerdictsTest, TamperedVersionsAliasWritesAndDeadNodesFail) {
     }
     for (const std::string& label : targets) {
       SCOPED_TRACE(name + " " + label);
-      Trace trace = captured;
-      Op* op = nullptr;
-      for (Op& candidate : trace.mutable_ops()) {
-        if (candidate.label == label) op = &candidate;
-      }
-      ASSERT_NE(op, nullptr);
-      if (!op->alias_writes.empty() && !op->is_buffer && op->out.defined() &&
-          std::find(clean.dead.begin(), clean.dead.end(), label) == clean.dead.end()) {
-        op->alias_writes[0].value = Tampered(op->alias_writes[0].value);
-      } else {
-        op->out = Tampered(op->out);
-        if (!op->outs.empty()) op->outs[0] = op->out;
-      }
-      trace.Relink();
+      const bool dead =
+          std::find(clean.dead.begin(), clean.dead.end(), label) != clean.dead.end();
+      const Trace trace = Changed(captured, label, [&](Op& op) {
+        if (!op.alias_writes.empty() && !op.is_buffer && op.out.defined() && !dead) {
+          op.alias_writes[0].value = Tampered(op.alias_writes[0].value);
+        } else {
+          op.out = Tampered(op.out);
+          if (!op.outs.empty()) op.outs[0] = op.out;
+        }
+      });
       const ValidationReport report = Validate(trace);
       EXPECT_FALSE(report.passed);
       EXPECT_THAT(report.failures, Contains(HasSubstr(label)));
