@@ -103,14 +103,17 @@ Trace BuildTrace(CaptureRecord record) {
     switch (node.kind) {
       case NodeRecord::Kind::kInput:
         op.type = "input";
+        op.kind = OpKind::kInput;
         op.label = absl::StrCat("input_", ++inputs);
         break;
       case NodeRecord::Kind::kOutput:
         op.type = "output";
+        op.kind = OpKind::kOutput;
         op.label = absl::StrCat("output_", ++outputs);
         break;
       case NodeRecord::Kind::kConstant:
         op.type = "constant";
+        op.kind = OpKind::kConstant;
         op.label = absl::StrCat("constant_", ++constants);
         if (node.constant_address >= 0) op.address = record.constant_addresses[node.constant_address];
         break;
@@ -118,6 +121,7 @@ Trace BuildTrace(CaptureRecord record) {
         const BufferRecord& buffer = record.buffers[node.buffer];
         if (buffer_number[node.buffer] == 0) buffer_number[node.buffer] = ++buffers_seen;
         op.type = "buffer";
+        op.kind = OpKind::kBufferVersion;
         op.is_buffer = true;
         op.address = buffer.address;
         op.buffer_pass = ++buffer_versions[node.buffer];
@@ -185,7 +189,9 @@ Trace BuildTrace(CaptureRecord record) {
     op.parents.reserve(parent_indices.size());
     for (int32_t parent : parent_indices) {
       op.parents.push_back(ops[parent].label);
+      op.parent_indices.push_back(parent);
       ops[parent].children.push_back(op.label);
+      ops[parent].child_indices.push_back(static_cast<int32_t>(n));
     }
     op.parent_params.reserve(num_params);
     for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {

@@ -1,14 +1,10 @@
 #include "graph/dead_nodes.h"
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/strings/string_view.h"
 
 namespace torchlens {
 
 std::vector<int> DeadNodes(const Trace& trace) {
   const std::vector<Op>& ops = trace.ops();
-  absl::flat_hash_map<absl::string_view, int> index_of;
-  for (size_t i = 0; i < ops.size(); ++i) index_of.emplace(ops[i].label, static_cast<int>(i));
   std::vector<bool> reached(ops.size(), false);
   std::vector<int> frontier;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -23,11 +19,10 @@ std::vector<int> DeadNodes(const Trace& trace) {
   while (!frontier.empty()) {
     const Op& op = ops[frontier.back()];
     frontier.pop_back();
-    for (const std::string& label : op.parents) {
-      auto it = index_of.find(label);
-      if (it != index_of.end() && !reached[it->second]) {
-        reached[it->second] = true;
-        frontier.push_back(it->second);
+    for (int32_t parent : op.parent_indices) {
+      if (parent >= 0 && !reached[parent]) {
+        reached[parent] = true;
+        frontier.push_back(parent);
       }
     }
   }

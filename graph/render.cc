@@ -69,8 +69,6 @@ bool BufferShown(const Op& op, ShowBuffers show) {
 
 std::string RenderDot(const Trace& trace, RenderOptions options) {
   const std::vector<Op>& ops = trace.ops();
-  absl::flat_hash_map<absl::string_view, size_t> index_of;
-  for (size_t i = 0; i < ops.size(); ++i) index_of.emplace(ops[i].label, i);
   std::vector<bool> dead(ops.size(), false);
   for (int index : DeadNodes(trace)) dead[index] = true;
   // A dead node's readers are dead too, so hiding dead nodes never hides a parent of a
@@ -135,20 +133,18 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
         attributes = {"shape=box", "style=\"rounded,filled\"", "fillcolor=white"};
       }
     }
-    for (const std::string& parent : op.parents) {
-      auto it = index_of.find(parent);
-      if (it == index_of.end()) continue;
-      const Op& from = ops[it->second];
+    for (int32_t parent : op.parent_indices) {
+      if (parent < 0) continue;
+      const Op& from = ops[parent];
       if (shown(from)) {
-        edges.push_back(absl::StrCat(NodeId(it->second), " -> ", NodeId(i)));
+        edges.push_back(absl::StrCat(NodeId(parent), " -> ", NodeId(i)));
         continue;
       }
       hidden.push_back(absl::StrCat(from.address, ":", from.buffer_pass));
       // Keep the data flow through a hidden written version visible.
-      for (const std::string& writer : from.parents) {
-        auto w = index_of.find(writer);
-        if (w != index_of.end() && shown(ops[w->second])) {
-          edges.push_back(absl::StrCat(NodeId(w->second), " -> ", NodeId(i), " [style=dashed]"));
+      for (int32_t writer : from.parent_indices) {
+        if (writer >= 0 && shown(ops[writer])) {
+          edges.push_back(absl::StrCat(NodeId(writer), " -> ", NodeId(i), " [style=dashed]"));
         }
       }
     }

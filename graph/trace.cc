@@ -138,11 +138,20 @@ Trace Trace::Assemble(TraceParts parts) {
   trace.stats_ = parts.stats;
   if (!parts.children_linked) {
     const absl::flat_hash_map<absl::string_view, int>& labels = trace.by_label();
-    for (Op& op : trace.ops_) op.children.clear();
     for (Op& op : trace.ops_) {
+      op.children.clear();
+      op.child_indices.clear();
+    }
+    for (size_t i = 0; i < trace.ops_.size(); ++i) {
+      Op& op = trace.ops_[i];
+      op.parent_indices.clear();
       for (const std::string& parent : op.parents) {
         auto it = labels.find(parent);
-        if (it != labels.end()) trace.ops_[it->second].children.push_back(op.label);
+        op.parent_indices.push_back(it == labels.end() ? -1 : it->second);
+        if (it == labels.end()) continue;
+        Op& from = trace.ops_[it->second];
+        from.children.push_back(op.label);
+        from.child_indices.push_back(static_cast<int32_t>(i));
       }
     }
   }
@@ -208,6 +217,20 @@ void Trace::LinkBuffers() {
       buffer.final_value = buffer.versions.back()->out;
     }  // else unsaved: keep the copy the capture recorded
   }
+}
+
+int Trace::IndexOfLabel(absl::string_view label) const {
+  const absl::flat_hash_map<absl::string_view, int>& labels = by_label();
+  auto it = labels.find(label);
+  return it == labels.end() ? -1 : it->second;
+}
+
+OpKind OpKindOf(absl::string_view type, bool is_buffer) {
+  if (is_buffer) return OpKind::kBufferVersion;
+  if (type == "input") return OpKind::kInput;
+  if (type == "output") return OpKind::kOutput;
+  if (type == "constant") return OpKind::kConstant;
+  return OpKind::kOp;
 }
 
 int Trace::IndexOf(const Op* op) const {

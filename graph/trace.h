@@ -98,6 +98,20 @@ struct AliasWrite {
   at::Tensor value;        // the changed tensor after the write (undefined when not saved)
 };
 
+// What a node is. `Op::type` names it for people ("conv2d", "buffer", "input"); the kind
+// is what code branches on.
+enum class OpKind : uint8_t {
+  kOp,             // an executed operator
+  kInput,          // a model input
+  kOutput,         // a model output
+  kBufferVersion,  // an observed version of a registered buffer (`is_buffer`)
+  kConstant,       // a tensor from outside the capture that is not an input
+};
+
+// The kind a node of `type` has ("input", "output", "constant"; buffer versions have
+// `is_buffer`): for traces read from files, which store the type.
+OpKind OpKindOf(absl::string_view type, bool is_buffer);
+
 // One graph node. Buffer versions, inputs and outputs are plain `Op`s too.
 struct Op {
   std::string label;      // unique, pass-qualified: "conv2d_1_1:1", "buffer_2:3", "input_1"
@@ -139,12 +153,18 @@ struct Op {
   // Tensors this op changed through an alias of what it wrote (see AliasWrite).
   std::vector<AliasWrite> alias_writes;
 
-  bool is_input() const { return type == "input"; }
-  bool is_output() const { return type == "output"; }
+  OpKind kind = OpKind::kOp;
+  // The positions in `Trace::ops()` of `parents` and `children`, in the same order (-1 for
+  // a label the trace does not hold). Filled by `Trace::Assemble`.
+  absl::InlinedVector<int32_t, 2> parent_indices;
+  absl::InlinedVector<int32_t, 2> child_indices;
+
+  bool is_input() const { return kind == OpKind::kInput; }
+  bool is_output() const { return kind == OpKind::kOutput; }
   // A tensor from outside the capture that is not a model input: a plain tensor attribute
   // (its `address` names it), a TorchScript constant, or a parameter returned as an output.
-  bool is_constant() const { return type == "constant"; }
-  bool is_compute() const { return !is_buffer && !is_input() && !is_output() && !is_constant(); }
+  bool is_constant() const { return kind == OpKind::kConstant; }
+  bool is_compute() const { return kind == OpKind::kOp; }
 };
 
 // The value a reader of output `output_index` of `op` sees: `op.outs[k]` for k >= 0 (or
@@ -210,8 +230,9 @@ struct TraceParts {
   bool has_saved_values = false;
   bool training = false;
   CaptureStats stats;
-  // Whether every op's `children` is already filled in (the trace builder does it while
-  // labelling); otherwise Assemble computes them from the parents.
+  // Whether every op's `children`, `parent_indices` and `child_indices` are already filled
+  // in (the trace builder does it while labelling; forks copy them); otherwise Assemble
+  // computes them from the parents' labels.
   bool children_linked = false;
 };
 
@@ -246,6 +267,8 @@ class Trace {
   const CaptureStats& capture_stats() const { return stats_; }
   // Position of `op` in `ops()`; -1 if it does not belong to this trace.
   int IndexOf(const Op* op) const;
+  // Position in `ops()` of the node labelled exactly `label`; -1 if there is none.
+  int IndexOfLabel(absl::string_view label) const;
 
   // Assembles a trace from its parts (used by the trace builder, the trace-file loader and
   // intervention forks). Computes children, buffer projections and lookup indexes.

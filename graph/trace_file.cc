@@ -250,6 +250,7 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
   op.module_address = r.String(d, "module_address");
   op.out = r.Tensor(d, "out");
   op.is_buffer = r.Bool(d, "is_buffer");
+  op.kind = OpKindOf(op.type, op.is_buffer);
   op.address = r.String(d, "address");
   op.buffer_pass = static_cast<int>(r.Int(d, "buffer_pass"));
   const c10::IValue& kind = r.Field(d, "buffer_write_kind");

@@ -49,8 +49,7 @@ bool HasNonTensorReturn(const ReplayResult& result) {
 class Intervention {
  public:
   Intervention(const Trace& trace, DoOptions options)
-      : original_(trace.ops()), parts_(trace.Parts()), options_(options) {
-    for (size_t i = 0; i < original_.size(); ++i) index_of_.emplace(original_[i].label, i);
+      : trace_(trace), original_(trace.ops()), parts_(trace.Parts()), options_(options) {
     changed_.assign(original_.size(), false);
   }
 
@@ -127,16 +126,14 @@ class Intervention {
   };
 
   bool InCone(const Op& op) const {
-    for (const std::string& parent : op.parents) {
-      auto it = index_of_.find(parent);
-      if (it != index_of_.end() && changed_[it->second]) return true;
+    for (int32_t parent : op.parent_indices) {
+      if (parent >= 0 && changed_[parent]) return true;
     }
     return false;
   }
 
   int IndexOf(absl::string_view label) const {
-    auto it = index_of_.find(label);
-    return it == index_of_.end() ? -1 : static_cast<int>(it->second);
+    return trace_.IndexOfLabel(label);
   }
 
   // The fork's value of a source (the captured one when it is outside the cone).
@@ -155,7 +152,7 @@ class Intervention {
 
   absl::Status Output(Op& op) {
     const int output = op.arg_sources.empty() ? 0 : op.arg_sources[0].output_index;
-    const int producer = IndexOf(op.parents[0]);
+    const int producer = op.parent_indices[0];
     op.out = OutputValue(parts_.ops[producer], output);
     op.outs = {op.out};
     return absl::OkStatus();
@@ -163,7 +160,7 @@ class Intervention {
 
   absl::Status BufferVersion(size_t i, Op& op) {
     // See NOTE [Threading buffer state].
-    const int producer = IndexOf(op.parents[0]);
+    const int producer = op.parent_indices[0];
     std::string gap;
     if (op.buffer_write_kind == WriteKind::kFused) {
       auto it = fused_after_.find(i);
@@ -304,8 +301,7 @@ class Intervention {
   // Whether output `output` of `op` is the value of a buffer version (whose gap, if any,
   // is reported there).
   bool WritesBuffer(const Op& op, int output) const {
-    for (const std::string& child : op.children) {
-      const int index = IndexOf(child);
+    for (int32_t index : op.child_indices) {
       if (index >= 0 && original_[index].is_buffer && !original_[index].arg_sources.empty() &&
           original_[index].arg_sources[0].output_index == output) {
         return true;
@@ -324,10 +320,10 @@ class Intervention {
     return versions.written == nullptr ? -1 : static_cast<int>(versions.written - original_.data());
   }
 
+  const Trace& trace_;
   const std::vector<Op>& original_;
   TraceParts parts_;
   DoOptions options_;
-  absl::flat_hash_map<absl::string_view, size_t> index_of_;
   std::vector<bool> changed_;  // edited or re-executed
   std::vector<EditedValue> edited_;
   absl::flat_hash_map<size_t, at::Tensor> fused_after_;   // version -> recomputed state

@@ -175,7 +175,6 @@ class Validator {
  public:
   explicit Validator(const Trace& trace)
       : trace_(trace), generator_(at::make_generator<at::CPUGeneratorImpl>(20240601)) {
-    for (const Op& op : trace_.ops()) by_label_.emplace(op.label, &op);
   }
 
   ValidationReport Run() {
@@ -207,8 +206,8 @@ class Validator {
 
  private:
   const Op* Node(absl::string_view label) const {
-    auto it = by_label_.find(label);
-    return it == by_label_.end() ? nullptr : it->second;
+    const int index = trace_.IndexOfLabel(label);
+    return index < 0 ? nullptr : &trace_.ops()[index];
   }
 
   void Fail(const Op& op, absl::string_view why) {
@@ -336,8 +335,8 @@ class Validator {
 
   // The buffer version whose source is output `output_index` of `op`, if any.
   const Op* BufferChangedBy(const Op& op, int output_index) const {
-    for (const std::string& child : op.children) {
-      const Op* version = Node(child);
+    for (int32_t child : op.child_indices) {
+      const Op* version = child < 0 ? nullptr : &trace_.ops()[child];
       if (version != nullptr && version->is_buffer && !version->arg_sources.empty() &&
           version->arg_sources[0].name == op.label &&
           version->arg_sources[0].output_index == output_index) {
@@ -542,7 +541,6 @@ class Validator {
 
   const Trace& trace_;
   at::Generator generator_;
-  absl::flat_hash_map<absl::string_view, const Op*> by_label_;
   absl::flat_hash_set<const Op*> fused_checked_;
   ValidationReport report_;
 };
