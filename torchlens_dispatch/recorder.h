@@ -83,6 +83,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <cstdint>
 #include <optional>
@@ -95,13 +96,15 @@
 #include "absl/status/statusor.h"
 #include "graph/capture_record.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
+#include "torchlens_dispatch/buffer_journal.h"
 #include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/model_layout.h"
+#include "torchlens_dispatch/record_appender.h"
 #include "torchlens_dispatch/script_sites.h"
 
 namespace torchlens {
 
-class Recorder {
+class Recorder : private BufferJournal::Tensors {
  public:
   Recorder(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options);
   Recorder(const Recorder&) = delete;
@@ -128,6 +131,10 @@ class Recorder {
   void OnAttributeAssigned();
 
  private:
+  // Runs the recorder's own tensor operations (clones, comparisons, detach) without
+  // capturing them.
+  using NoCapture = c10::impl::ExcludeDispatchKeyGuard;
+
   // Facts about one operator, computed on its first call in this capture.
   struct OpInfo {
     int32_t index = 0;  // into record_.operators
@@ -165,9 +172,8 @@ class Recorder {
     int64_t begin_byte, end_byte;
   };
   struct StorageEntry {
-    absl::InlinedVector<int32_t, 1> buffers;       // buffers living in this storage
-    absl::InlinedVector<SavedValue, 2> saved;      // saved values living in this storage
-    std::vector<AliasedTensor> aliased;            // without saved values only
+    absl::InlinedVector<SavedValue, 2> saved;  // saved values living in this storage
+    std::vector<AliasedTensor> aliased;        // without saved values only
   };
   // A saved value the current op's write overlapped (NOTE [Writes through views]).
   struct OverwrittenValue {
@@ -177,25 +183,6 @@ class Recorder {
     TensorGeometry written;
     int32_t node_before;     // the live tensor's producer before the write, or -1
   };
-  struct BufferState {
-    const ModelLayout::BufferEntry* entry;   // in layout_
-    at::Tensor holder;                       // the registered tensor as last seen
-    std::vector<at::Tensor> former_holders;  // kept alive: see NOTE [Tensor identity]
-    const c10::StorageImpl* storage = nullptr;  // where `holder` was indexed
-    int64_t begin_byte = 0, end_byte = 0;    // range of `holder` in its storage
-    int32_t last_version = -1;               // latest version node
-    // Copy of the latest version's value (the initial value until the first write):
-    // buffer versions are snapshots, compared against to see fused writes change a value
-    // and unjournaled changes at the end.
-    at::Tensor latest;
-  };
-  struct PendingWrite {
-    int32_t buffer;
-    WriteKind kind;
-    int32_t written_tensor;  // -1: nested, fused, or several arguments wrote the buffer
-    at::Tensor written;      // the argument written (kInplace)
-  };
-
   const OpInfo& Info(const c10::OperatorHandle& op);
   struct PreparedOp {
     bool touches_buffer = false;
@@ -206,7 +193,6 @@ class Recorder {
     int32_t op_index = 0;
     uint32_t num_returns = 0;
     c10::Symbol symbol;
-    absl::InlinedVector<at::Tensor, 1> written;  // annotated written arguments
   };
   void OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
   // Before the call: argument sources, saved arguments, copy-on-write, pending writes.
@@ -227,48 +213,37 @@ class Recorder {
   int32_t ParamId(const c10::TensorImpl* impl);
   TensorEntry* AddShallowCopy(const at::Tensor& tensor);
   int32_t AddInputNode(const at::Tensor& tensor);
-  int32_t EnsureBufferVersion(int32_t buffer);  // the read version if none exists yet
-  void AddOutput(const at::Tensor& tensor, int32_t slot);
   void RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
                       bool touches_buffer);
   // A new slot for `tensor`, registered for copy-on-write as the saved value of `live`
   // (the tensor itself by default; see SavedValue).
   int32_t Save(const at::Tensor& tensor, const c10::TensorImpl* live = nullptr);
-  int32_t SaveSnapshot(const at::Tensor& snapshot);  // a new slot for a private copy
   void Remember(const at::Tensor& tensor, TensorEntry entry);
+  // Whether `tensor` shares its storage with a registered buffer.
+  bool AliasesBuffer(const at::Tensor& tensor) const {
+    return tensor.has_storage() &&
+           journal_.BuffersIn(tensor.storage().unsafeGetStorageImpl()) != nullptr;
+  }
 
   // Before `tensor` (tensor argument `written_tensor` of the op, -1 for a nested write) is
   // written: copy-on-write, and note the saved values and buffers it hits.
   void PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor);
-  void AddPendingWrite(int32_t buffer, WriteKind kind, int32_t written_tensor,
-                       const at::Tensor& written);
-  // After op `producer` ran: its buffer versions, then the alias writes of the values it
-  // overwrote (NOTE [Writes through views]).
-  void CommitPendingWrites(int32_t producer, c10::ArrayRef<c10::IValue> returns);
+  // After op `writer` ran: the alias writes of the values it overwrote (NOTE [Writes
+  // through views]).
   void RecordAliasWrites(int32_t writer);
   // Without saved values: indexes a view op's output and the arguments it aliases.
   void IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases);
-  // Appends an alias write to the node being recorded and returns its output index.
-  int32_t AddAliasWrite(SourceRecord before, int32_t written_tensor, const at::Tensor& aliased,
-                        TensorGeometry written, int32_t slot);
-  // `snapshot` is the version's value; `slot` where it is saved (-1 when not saved).
-  int32_t AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind, int32_t producer,
-                           int32_t producer_output, at::Tensor snapshot,
-                           std::optional<bool> changed, int32_t slot);
-  int32_t SaveSnapshotIfSaving(const at::Tensor& snapshot) {
-    return options_.save_activations ? SaveSnapshot(snapshot) : -1;
-  }
   // The source node of a tensor from outside the capture (NOTE [Constants]).
   int32_t AddConstantNode(const at::Tensor& tensor, std::string address);
-  // A buffer whose holder has exactly `tensor`'s place in its storage, or -1.
-  int32_t BufferInPlaceOf(const at::Tensor& tensor);
-  // Moves `buffer` in the storage index after an op pointed its holder elsewhere (set_).
-  void ReindexBuffer(int32_t buffer);
 
-  void CheckAssignedBuffers();
-  void CheckAllBuffers();
-  void OnReassign(int32_t buffer, const at::Tensor& tensor);
-  void SetHolder(int32_t buffer, const at::Tensor& tensor);
+  // BufferJournal::Tensors
+  SourceRecord SourceOf(const at::Tensor& tensor) override;
+  void SetBuffer(const at::Tensor& tensor, int32_t buffer) override;
+
+  // The steps of Finish.
+  void CopySavedValuesOfBuffers();
+  void AddOutputNodes(const c10::IValue& outputs);
+  void StoreSizes();
 
   int32_t LayerOf(int32_t module, int32_t op_index, const ScriptSite& site);
   // Whether module `inner` is a descendant of module `outer` (both model modules).
@@ -276,7 +251,7 @@ class Recorder {
 
   std::shared_ptr<const ModelLayout> layout_;
   CaptureOptions options_;
-  CaptureRecord record_;
+  RecordAppender record_;
   ModuleAddresses module_addresses_;
   ScriptSites script_sites_;
 
@@ -297,9 +272,6 @@ class Recorder {
   TensorEntry unsaved_param_;  // what AddUnseen returns for a parameter in unsaved mode
   size_t next_param_ = 0;      // in layout_->param_order: the parameter expected next
   absl::flat_hash_map<const c10::StorageImpl*, StorageEntry> storages_;
-  std::vector<BufferState> buffers_;
-  std::vector<int32_t> assigned_buffers_;  // buffers whose slot code may reassign
-  absl::InlinedVector<PendingWrite, 4> pending_writes_;
   std::vector<OverwrittenValue> overwritten_;  // by the op being recorded
   // Plain tensor attributes of the model (NOTE [Constants]): index into
   // record_.constant_addresses.
@@ -322,6 +294,8 @@ class Recorder {
   absl::flat_hash_map<LayerKey, int32_t> layers_;
   std::vector<int32_t> layer_of_class_;  // by NOTE [Layer classes] number; -1: not run yet
   int32_t next_layer_ = 0;
+  // Last: its constructor registers the buffers' tensors in the tables above.
+  BufferJournal journal_;
 };
 
 }  // namespace torchlens

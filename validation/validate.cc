@@ -487,7 +487,7 @@ class Validator {
       return;
     }
     if (!version.buffer_write_kind.has_value()) {
-      // NOTE [Independent initial values]
+      // See NOTE [Independent initial values].
       ++report_.ops_checked;
       if (std::optional<std::string> diff = Difference(version.out, buffer->second.initial_value)) {
         Fail(version, absl::StrCat("a read of the initial value of ", version.address,

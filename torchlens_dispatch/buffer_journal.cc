@@ -1,0 +1,247 @@
+#include "torchlens_dispatch/buffer_journal.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/storage_ranges.h"
+
+namespace torchlens {
+namespace {
+
+at::Tensor Snapshot(const at::Tensor& tensor) { return tensor.detach().clone(); }
+
+}  // namespace
+
+BufferJournal::BufferJournal(const ModelLayout& layout, RecordAppender* record, Tensors* tensors,
+                             bool save)
+    : record_(record), tensors_(tensors), save_(save) {
+  buffers_.resize(layout.buffers.size());
+  for (size_t i = 0; i < layout.buffers.size(); ++i) {
+    const ModelLayout::BufferEntry& entry = layout.buffers[i];
+    State& state = buffers_[i];
+    state.entry = &entry;
+    const at::Tensor tensor = CurrentBuffer(entry);
+    if (tensor.defined()) state.latest = Snapshot(tensor);
+    record_->record().buffers.push_back(BufferRecord{entry.address, entry.module, state.latest});
+    if (!tensor.defined()) continue;  // a slot holding None
+    SetHolder(static_cast<int32_t>(i), tensor);
+    if (entry.assigned_in_code) assigned_.push_back(static_cast<int32_t>(i));
+  }
+}
+
+int32_t BufferJournal::InPlaceOf(const at::Tensor& tensor) const {
+  if (!tensor.has_storage()) return -1;
+  const absl::InlinedVector<int32_t, 1>* buffers =
+      BuffersIn(tensor.storage().unsafeGetStorageImpl());
+  if (buffers == nullptr) return -1;
+  for (int32_t buffer : *buffers) {
+    if (SamePlace(buffers_[buffer].holder, tensor)) return buffer;
+  }
+  return -1;
+}
+
+int32_t BufferJournal::Read(int32_t buffer) {
+  State& state = buffers_[buffer];
+  if (state.version >= 0) return state.version;
+  // NOTE [Independent initial values]
+  // The initial read's value is a copy of the one taken when capture started, which stays
+  // the buffer's `initial_value`, so that a check of the read version against the initial
+  // value compares two tensors.
+  return AddVersion(buffer, std::nullopt, nullptr, Snapshot(state.latest), std::nullopt);
+}
+
+void BufferJournal::NoteWrite(const at::Tensor& written, WriteKind kind, int32_t written_tensor) {
+  const absl::InlinedVector<int32_t, 1>* buffers =
+      BuffersIn(written.storage().unsafeGetStorageImpl());
+  if (buffers == nullptr) return;
+  const std::pair<int64_t, int64_t> range = ByteRange(written);
+  for (int32_t buffer : *buffers) {
+    const State& state = buffers_[buffer];
+    if (!Overlap({state.begin_byte, state.end_byte}, range)) continue;
+    auto pending = std::find_if(pending_.begin(), pending_.end(),
+                                [&](const PendingWrite& p) { return p.buffer == buffer; });
+    if (pending != pending_.end()) {
+      // One version per buffer per user-level op. The nested calls of a declared write
+      // (add_ redispatching to its kernel) are that write; two declared arguments writing
+      // the buffer are not one argument's write that replay could redo.
+      if (written_tensor >= 0 && pending->written_tensor != written_tensor) {
+        pending->written_tensor = -1;
+      }
+      continue;
+    }
+    Read(buffer);  // the version the write replaces
+    pending_.push_back(PendingWrite{buffer, kind, written_tensor, written});
+  }
+}
+
+void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> returns) {
+  for (const PendingWrite& pending : pending_) {
+    State& state = buffers_[pending.buffer];
+    if (state.holder.has_storage() &&
+        (state.holder.storage().unsafeGetStorageImpl() != state.storage ||
+         ByteRange(state.holder) != std::make_pair(state.begin_byte, state.end_byte))) {
+      Reindex(pending.buffer);  // set_
+    }
+    at::Tensor value = Snapshot(state.holder);
+    const int32_t slot = save_ ? record_->AddSlot(value) : -1;
+    std::optional<bool> changed;
+    SourceRecord source;
+    source.kind = SourceRecord::Kind::kNode;
+    source.index = producer;
+    if (pending.kind == WriteKind::kFused) {
+      changed = !BitIdentical(state.latest, value);
+    } else {
+      source.output_index = WrittenOutput(pending, producer, returns, slot);
+    }
+    const int32_t version = record_->AddBufferVersion(pending.buffer, pending.kind, &source, value,
+                                                      changed, slot);
+    state.version = version;
+    state.latest = std::move(value);
+  }
+  pending_.clear();
+}
+
+int32_t BufferJournal::WrittenOutput(const PendingWrite& pending, int32_t producer,
+                                     c10::ArrayRef<c10::IValue> returns, int32_t slot) {
+  const State& state = buffers_[pending.buffer];
+  if (pending.written_tensor >= 0 &&
+      (pending.written.unsafeGetTensorImpl() == state.holder.unsafeGetTensorImpl() ||
+       SamePlace(pending.written, state.holder))) {
+    int32_t output = -1;
+    int32_t k = 0;
+    for (const c10::IValue& value : returns) {
+      ForEachTensor(value, [&](const at::Tensor& t) {
+        if (output < 0 && t.defined() &&
+            (t.unsafeGetTensorImpl() == state.holder.unsafeGetTensorImpl() ||
+             t.unsafeGetTensorImpl() == pending.written.unsafeGetTensorImpl())) {
+          output = k;
+        }
+        ++k;
+      });
+    }
+    if (output >= 0) return output;
+  }
+  AliasWriteRecord write;
+  write.before.kind = SourceRecord::Kind::kNode;
+  write.before.index = state.version;
+  write.before.slot = record_->OutputSlot(state.version);
+  write.written_tensor = pending.written_tensor;
+  write.aliased = GeometryOf(state.holder);
+  if (pending.written.defined()) write.written = GeometryOf(pending.written);
+  write.slot = slot;
+  return record_->AddAliasWrite(producer, std::move(write));
+}
+
+void BufferJournal::SetHolder(int32_t buffer, const at::Tensor& tensor) {
+  State& state = buffers_[buffer];
+  state.holder = tensor;
+  tensors_->SetBuffer(tensor, buffer);
+  state.storage = nullptr;
+  if (tensor.has_storage()) {
+    state.storage = tensor.storage().unsafeGetStorageImpl();
+    storages_[state.storage].push_back(buffer);
+    std::tie(state.begin_byte, state.end_byte) = ByteRange(tensor);
+  }
+}
+
+void BufferJournal::Reindex(int32_t buffer) {
+  State& state = buffers_[buffer];
+  if (state.storage != nullptr) {
+    auto it = storages_.find(state.storage);
+    if (it != storages_.end()) {
+      it->second.erase(std::remove(it->second.begin(), it->second.end(), buffer), it->second.end());
+    }
+  }
+  state.storage = state.holder.storage().unsafeGetStorageImpl();
+  storages_[state.storage].push_back(buffer);
+  std::tie(state.begin_byte, state.end_byte) = ByteRange(state.holder);
+}
+
+void BufferJournal::CheckAssigned() {
+  record_->record().stats.buffer_slot_reads += static_cast<int64_t>(assigned_.size());
+  for (int32_t buffer : assigned_) {
+    const at::Tensor now = CurrentBuffer(*buffers_[buffer].entry);
+    if (now.defined() &&
+        now.unsafeGetTensorImpl() != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+      OnReassign(buffer, now);
+    }
+  }
+}
+
+void BufferJournal::CheckAll() {
+  for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
+    const ModelLayout::BufferEntry& entry = *buffers_[buffer].entry;
+    if (entry.owner == nullptr) continue;
+    ++record_->record().stats.buffer_slot_reads;
+    const c10::IValue& slot = entry.owner->getSlot(entry.slot);
+    if (slot.isTensor() &&
+        slot.unsafeToTensorImpl() != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+      OnReassign(static_cast<int32_t>(buffer), slot.toTensor());
+    }
+  }
+}
+
+void BufferJournal::OnReassign(int32_t buffer, const at::Tensor& tensor) {
+  State& state = buffers_[buffer];
+  // The former holder stops being the buffer but keeps its producer.
+  tensors_->SetBuffer(state.holder, -1);
+  if (state.storage != nullptr) {
+    auto it = storages_.find(state.storage);
+    if (it != storages_.end()) {
+      it->second.erase(std::remove(it->second.begin(), it->second.end(), buffer), it->second.end());
+    }
+  }
+  state.former_holders.push_back(state.holder);
+  // The new tensor's producer (none for a tensor from outside the capture) is the
+  // version's producer.
+  const SourceRecord producer = tensors_->SourceOf(tensor);
+  SetHolder(buffer, tensor);
+  AddVersion(buffer, WriteKind::kReassign,
+             producer.kind == SourceRecord::Kind::kNode ? &producer : nullptr, Snapshot(tensor),
+             std::nullopt);
+}
+
+int32_t BufferJournal::AddVersion(int32_t buffer, std::optional<WriteKind> kind,
+                                  const SourceRecord* producer, at::Tensor value,
+                                  std::optional<bool> changed) {
+  State& state = buffers_[buffer];
+  const int32_t slot = save_ ? record_->AddSlot(value) : -1;
+  state.version = record_->AddBufferVersion(buffer, kind, producer, value, changed, slot);
+  state.latest = std::move(value);
+  return state.version;
+}
+
+absl::Status BufferJournal::Finish(bool allow_unjournaled) {
+  CaptureRecord& record = record_->record();
+  // NOTE [Unjournaled buffer changes]
+  // A buffer whose value at the end differs from its last recorded version changed in a
+  // way capture could not see (set_data, a raw write): Finish reports it (README
+  // "Unjournaled buffer changes").
+  for (const State& state : buffers_) {
+    const at::Tensor now = CurrentBuffer(*state.entry);
+    if (!now.defined() || BitIdentical(now, state.latest)) continue;
+    TraceDiagnostic diagnostic;
+    const std::string& address = state.entry->address;
+    diagnostic.address = address;
+    diagnostic.message = absl::StrCat(
+        "registered buffer \"", address,
+        "\" changed without a journaled write: its value at the end of capture differs from "
+        "its last recorded version. Write buffers with copy_ or other in-place ops (also "
+        "through views and slices) or by reassignment (self.",
+        address.substr(address.rfind('.') + 1),
+        " = t in TorchScript), not with set_data or .data assignment; or set "
+        "CaptureOptions::allow_unjournaled_writes to accept the change as a diagnostic");
+    if (!allow_unjournaled) return absl::FailedPreconditionError(diagnostic.message);
+    record.diagnostics.push_back(std::move(diagnostic));
+  }
+  for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
+    record.buffers[buffer].final_value = buffers_[buffer].latest;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace torchlens

@@ -1,0 +1,127 @@
+// The journal of a capture's registered buffers: which version of each buffer is
+// current, and the versions that writes and reassignments add (NOTE [Buffer writes] and
+// NOTE [Buffer reassignment] in recorder.h say what counts as one).
+//
+// The recorder asks it what a read of a buffer reads (`Read`), tells it before an op
+// writes a tensor (`NoteWrite`: the buffers whose bytes the tensor overlaps get a pending
+// version) and after the op ran (`CommitWrites`: each pending version becomes a node,
+// with its value snapshot), and lets it check the TorchScript attribute slots for
+// reassignments. It appends its nodes through the capture's RecordAppender and learns
+// about tensors through the `Tensors` interface the recorder implements.
+//
+//   BufferJournal journal(*layout, &appender, &tensors, /*save=*/true);
+//   journal.NoteWrite(view_of_b, WriteKind::kInplace, /*written_tensor=*/0);
+//   ... the op runs ...
+//   journal.CommitWrites(op_node, returns);
+//   absl::Status unjournaled = journal.Finish(/*allow_unjournaled=*/false);
+#ifndef TORCHLENS_DISPATCH_BUFFER_JOURNAL_H_
+#define TORCHLENS_DISPATCH_BUFFER_JOURNAL_H_
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "graph/capture_record.h"
+#include "torchlens_dispatch/model_layout.h"
+#include "torchlens_dispatch/record_appender.h"
+
+namespace torchlens {
+
+class BufferJournal {
+ public:
+  // What the journal needs from the recorder's table of tensors.
+  class Tensors {
+   public:
+    virtual ~Tensors() = default;
+    // Where `tensor`'s value came from (kNode naming its producer), or a kNone source.
+    virtual SourceRecord SourceOf(const at::Tensor& tensor) = 0;
+    // `tensor` is now the registered tensor of `buffer`; with -1, no longer a buffer's.
+    virtual void SetBuffer(const at::Tensor& tensor, int32_t buffer) = 0;
+  };
+
+  // Snapshots every buffer's value (the initial values) and appends nothing yet. With
+  // `save`, versions keep their values in the record's slots.
+  BufferJournal(const ModelLayout& layout, RecordAppender* record, Tensors* tensors, bool save);
+  BufferJournal(const BufferJournal&) = delete;
+  BufferJournal& operator=(const BufferJournal&) = delete;
+
+  // The buffers living in `storage`, or null.
+  const absl::InlinedVector<int32_t, 1>* BuffersIn(const c10::StorageImpl* storage) const {
+    auto it = storages_.find(storage);
+    return it == storages_.end() || it->second.empty() ? nullptr : &it->second;
+  }
+  // A buffer whose registered tensor has exactly `tensor`'s place in its storage (`b.data`
+  // made without dispatching), or -1.
+  int32_t InPlaceOf(const at::Tensor& tensor) const;
+
+  // The node of the buffer's current version: its initial read if nothing read or wrote
+  // it before. NOTE [Independent initial values]: the read holds its own copy.
+  int32_t Read(int32_t buffer);
+
+  // Before `written` is written by the current user-level op: each buffer whose bytes it
+  // overlaps gets one pending version. `written_tensor` is its tensor argument index, -1
+  // for a write inside a kernel (kFused).
+  void NoteWrite(const at::Tensor& written, WriteKind kind, int32_t written_tensor);
+  bool has_pending_writes() const { return !pending_.empty(); }
+  // After op `producer` ran and returned `returns`: the pending writes become versions.
+  void CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> returns);
+  void DropPendingWrites() { pending_.clear(); }
+
+  // Reassignments: the buffers whose slots some method's code assigns, or every slot.
+  bool has_assigned_buffers() const { return !assigned_.empty(); }
+  void CheckAssigned();
+  void CheckAll();
+
+  // End of capture. NOTE [Unjournaled buffer changes]: kFailedPrecondition naming a buffer
+  // whose value differs from its last version, unless `allow_unjournaled`, which records
+  // the change as a diagnostic instead. Then each buffer's final value goes into the
+  // record.
+  absl::Status Finish(bool allow_unjournaled);
+
+ private:
+  struct State {
+    const ModelLayout::BufferEntry* entry;   // in the layout
+    at::Tensor holder;                       // the registered tensor as last seen
+    std::vector<at::Tensor> former_holders;  // kept alive: see NOTE [Tensor identity]
+    const c10::StorageImpl* storage = nullptr;  // where `holder` is indexed
+    int64_t begin_byte = 0, end_byte = 0;       // range of `holder` in its storage
+    int32_t version = -1;                       // current version node
+    // Copy of the current version's value (the initial value until the first write):
+    // compared against to see fused writes change a value and unjournaled changes.
+    at::Tensor latest;
+  };
+  struct PendingWrite {
+    int32_t buffer;
+    WriteKind kind;
+    int32_t written_tensor;  // -1: nested, fused, or several arguments wrote the buffer
+    at::Tensor written;      // the argument written (kInplace)
+  };
+
+  void SetHolder(int32_t buffer, const at::Tensor& tensor);
+  void Reindex(int32_t buffer);  // after an op moved the holder (set_)
+  void OnReassign(int32_t buffer, const at::Tensor& tensor);
+  int32_t AddVersion(int32_t buffer, std::optional<WriteKind> kind, const SourceRecord* producer,
+                     at::Tensor value, std::optional<bool> changed);
+  // Where a kInplace write of `pending` leaves the buffer: the output of `producer` that
+  // returned it, or an alias write (NOTE [Buffer writes]).
+  int32_t WrittenOutput(const PendingWrite& pending, int32_t producer,
+                        c10::ArrayRef<c10::IValue> returns, int32_t slot);
+
+  RecordAppender* record_;
+  Tensors* tensors_;
+  bool save_;
+  std::vector<State> buffers_;
+  std::vector<int32_t> assigned_;  // buffers whose slot some method's code assigns
+  absl::flat_hash_map<const c10::StorageImpl*, absl::InlinedVector<int32_t, 1>> storages_;
+  absl::InlinedVector<PendingWrite, 4> pending_;
+};
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_DISPATCH_BUFFER_JOURNAL_H_

@@ -1,0 +1,111 @@
+// Appending nodes to a CaptureRecord (graph/capture_record.h): each node with its ranges
+// in the record's pools (sources, arguments, outputs, alias writes), so that no caller
+// keeps [begin, end) by hand.
+//
+// An op node is appended in two phases, around the call it records:
+//
+//   NodeRecord node = appender.BeginOp();       // before the call
+//   appender.AddArgument(...);                   // each saved argument
+//   appender.EndArguments(&node, sources);       // or DropArguments(node) on failure
+//   ... the call runs ...
+//   const int32_t index = appender.AddOp(node);  // after it
+//   appender.AddOutput(index, tensor, slot);     // each tensor return
+//   appender.AddAliasWrite(index, write);        // each tensor it changed through an alias
+//
+// Other nodes are appended whole. The hot calls are inline: the recorder makes them for
+// every op of the model.
+#ifndef TORCHLENS_DISPATCH_RECORD_APPENDER_H_
+#define TORCHLENS_DISPATCH_RECORD_APPENDER_H_
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "graph/capture_record.h"
+#include "torchlens_dispatch/model_layout.h"
+
+namespace torchlens {
+
+class RecordAppender {
+ public:
+  RecordAppender(bool saved_values, bool training);
+  RecordAppender(const RecordAppender&) = delete;
+  RecordAppender& operator=(const RecordAppender&) = delete;
+
+  // The record, for its metadata (operators, buffers, stats, ...).
+  CaptureRecord& record() { return record_; }
+  const CaptureRecord& record() const { return record_; }
+
+  // Reserves the pools at the sizes of the model's last capture; stores this one's.
+  void Reserve(const ModelLayout::CaptureSizes& last);
+  void StoreSizes(ModelLayout::CaptureSizes* sizes) const;
+
+  // NOTE [Cold record memory]: asks for the lines ahead of the pools' ends, once per op.
+  void PrefetchAhead() const;
+
+  // A saved value (no copy-on-write registration: see Recorder::Save).
+  int32_t AddSlot(at::Tensor value) {
+    record_.slots.push_back(std::move(value));
+    return static_cast<int32_t>(record_.slots.size()) - 1;
+  }
+  at::Tensor& slot(int32_t index) { return record_.slots[index]; }
+  int32_t num_slots() const { return static_cast<int32_t>(record_.slots.size()); }
+  // The saved value of node `node`'s first output, or -1.
+  int32_t OutputSlot(int32_t node) const {
+    return record_.outputs[record_.nodes[node].outputs_begin].slot;
+  }
+  const NodeRecord& node(int32_t index) const { return record_.nodes[index]; }
+
+  // Op nodes (see the header comment).
+  NodeRecord BeginOp() const;
+  void AddArgument(c10::IValue argument) { record_.args.push_back(std::move(argument)); }
+  // The op's argument sources are appended here, all at once: resolving them may append
+  // other nodes with sources of their own (a buffer version found reassigned), which must
+  // not fall inside the op's range.
+  void EndArguments(NodeRecord* node, c10::ArrayRef<SourceRecord> sources);
+  void DropArguments(const NodeRecord& node);
+  int32_t AddOp(NodeRecord node);
+  // Appends an output to node `index`, the last node appended. Filled in place: a record
+  // assembled on the stack and copied in whole would wait, in the copy, for every store
+  // before it to reach a cache line that may be cold (NOTE [Cold record memory]).
+  void AddOutput(int32_t index, const at::Tensor& tensor, int32_t slot);
+  // Appends an alias write to op `writer` (which may be followed by buffer versions, which
+  // have none) and returns the output index readers name it by, -(k + 1).
+  int32_t AddAliasWrite(int32_t writer, AliasWriteRecord write);
+
+  // Nodes appended whole. `constant_address` indexes record().constant_addresses (-1: none).
+  int32_t AddSourceNode(NodeRecord::Kind kind, const at::Tensor& tensor, int32_t slot,
+                        int32_t constant_address = -1);
+  // A buffer version; `producer` is null for the initial read.
+  int32_t AddBufferVersion(int32_t buffer, std::optional<WriteKind> kind,
+                           const SourceRecord* producer, const at::Tensor& value,
+                           std::optional<bool> changed, int32_t slot);
+  int32_t AddOutputNode(const SourceRecord& source, const at::Tensor& tensor, int32_t slot);
+
+  CaptureRecord Release() { return std::move(record_); }
+
+ private:
+  int32_t Size(size_t n) const { return static_cast<int32_t>(n); }
+
+  CaptureRecord record_;
+};
+
+inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, int32_t slot) {
+  OutputRecord& output = record_.outputs.emplace_back();
+  output.slot = slot;
+  output.shape_begin = Size(record_.shapes.size());
+  if (tensor.defined()) {
+    const c10::IntArrayRef sizes = tensor.sizes();
+    record_.shapes.insert(record_.shapes.end(), sizes.begin(), sizes.end());
+    output.ndim = static_cast<int32_t>(sizes.size());
+    output.dtype = tensor.scalar_type();
+  }
+  record_.nodes[index].outputs_end = Size(record_.outputs.size());
+}
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_DISPATCH_RECORD_APPENDER_H_

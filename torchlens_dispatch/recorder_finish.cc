@@ -1,0 +1,91 @@
+// Recorder: the end of a capture (Finish and its steps) and reassignments TorchScript
+// code reports as they happen.
+#include "torchlens_dispatch/recorder.h"
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <atomic>
+
+#include "absl/status/status.h"
+#include "torchlens_dispatch/ops/capture_key.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
+
+namespace torchlens {
+
+void Recorder::OnAttributeAssigned() {
+  if (inert_ || finished_ || !journal_.has_assigned_buffers()) return;
+  NoCapture no_capture(kCaptureKey);
+  try {
+    journal_.CheckAssigned();
+  } catch (const std::exception& e) {
+    Abandon(e);
+  }
+}
+
+absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
+  NoCapture no_capture(kCaptureKey);
+  if (finished_) return absl::FailedPreconditionError("the capture already finished");
+  finished_ = true;
+  if (!failure_.ok()) return failure_;
+  journal_.CheckAll();
+  CopySavedValuesOfBuffers();
+  AddOutputNodes(outputs);
+  if (absl::Status unjournaled = journal_.Finish(options_.allow_unjournaled_writes);
+      !unjournaled.ok()) {
+    return unjournaled;
+  }
+  CaptureRecord& record = record_.record();
+  record.stats.marked_sites = script_sites_.marked();
+  record.stats.interpreter_sites = script_sites_.asked();
+  record.extra_module_addresses = module_addresses_.ReleaseExtra();
+  record.num_layers = next_layer_;
+  StoreSizes();
+  return record_.Release();
+}
+
+void Recorder::CopySavedValuesOfBuffers() {
+  // Saved values that live in a buffer's storage (views of buffers) would change with the
+  // model's next write, which no capture sees: copy them now (NOTE [Copy-on-write of
+  // saved values]).
+  for (auto& [storage, entry] : storages_) {
+    if (journal_.BuffersIn(storage) == nullptr) continue;
+    for (const SavedValue& saved : entry.saved) {
+      record_.slot(saved.slot) = record_.slot(saved.slot).clone();
+    }
+    record_.record().stats.copy_on_write_clones += static_cast<int64_t>(entry.saved.size());
+    entry.saved.clear();
+  }
+}
+
+void Recorder::AddOutputNodes(const c10::IValue& outputs) {
+  ForEachTensor(outputs, [&](const at::Tensor& tensor) {
+    if (!tensor.defined()) return;
+    bool touches_buffer = false;
+    int32_t owner_module = -1;
+    SourceRecord source = Resolve(tensor, &touches_buffer, &owner_module);
+    if (source.kind == SourceRecord::Kind::kParam) {
+      // A returned parameter gets a source node (NOTE [Constants]).
+      const ModelLayout::ParamEntry& param = layout_->params[source.index];
+      const int32_t constant = AddConstantNode(param.saved, param.address);
+      source = SourceRecord();
+      source.kind = SourceRecord::Kind::kNode;
+      source.index = constant;
+      source.slot = record_.OutputSlot(constant);
+    }
+    record_.AddOutputNode(
+        source, tensor,
+        source.slot >= 0 ? source.slot : (options_.save_activations ? Save(tensor) : -1));
+  });
+}
+
+void Recorder::StoreSizes() {
+  ModelLayout::CaptureSizes& sizes = layout_->last_capture_sizes;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  sizes.tensors.store(static_cast<uint32_t>(tensors_.size()), kRelaxed);
+  sizes.storages.store(static_cast<uint32_t>(storages_.size()), kRelaxed);
+  sizes.layers.store(static_cast<uint32_t>(layers_.size()), kRelaxed);
+  sizes.layer_classes.store(static_cast<uint32_t>(layer_of_class_.size()), kRelaxed);
+  record_.StoreSizes(&sizes);
+}
+
+}  // namespace torchlens

@@ -1,0 +1,151 @@
+// Recorder: tensors seen for the first time (inputs, constants, parameters, shallow
+// copies, views of buffers) and the tensor table's side of the buffer journal.
+#include "torchlens_dispatch/recorder.h"
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "torchlens_dispatch/ops/capture_key.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
+
+namespace torchlens {
+
+Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  if (const int32_t param = ParamId(impl); param >= 0) {
+    if (!options_.save_activations) {
+      // Nothing to remember about a parameter without its saved value: the layout finds
+      // it again, and the tensor table stays the size of the op outputs.
+      unsaved_param_ = TensorEntry();
+      unsaved_param_.param = param;
+      return &unsaved_param_;
+    }
+    TensorEntry entry;
+    entry.param = param;
+    entry.slot = Save(layout_->params[param].saved);
+    tensors_.insert_or_assign(impl, std::move(entry));
+    return Lookup(impl);
+  }
+  if (layout_->torchscript) {
+    // Perhaps a buffer slot now holds it: see NOTE [Buffer reassignment].
+    journal_.CheckAll();
+    if (TensorEntry* entry = Lookup(impl)) return entry;
+  }
+  if (const int32_t buffer = journal_.InPlaceOf(tensor); buffer >= 0) {
+    // `b.data`: NOTE [Buffer writes].
+    TensorEntry view;
+    view.buffer_view = buffer;
+    view.aliases_buffer = true;
+    Remember(tensor, std::move(view));
+    return Lookup(impl);
+  }
+  if (TensorEntry* alias = AddShallowCopy(tensor)) return alias;
+  // A tensor from outside the capture: an input, or a constant once inputs are marked.
+  TensorEntry outside;
+  outside.aliases_buffer = AliasesBuffer(tensor);
+  // A known tensor attribute is a constant even before the inputs are marked (under a
+  // CaptureGuard they never are, and every other tensor from outside is an input).
+  auto attribute = attributes_.find(impl);
+  if (attribute != attributes_.end()) {
+    outside.node =
+        AddConstantNode(tensor, record_.record().constant_addresses[attribute->second]);
+  } else if (!inputs_marked_) {
+    outside.node = AddInputNode(tensor);
+  } else {
+    outside.node = AddConstantNode(tensor, std::string());
+  }
+  outside.slot = record_.OutputSlot(outside.node);
+  Remember(tensor, std::move(outside));
+  return Lookup(impl);
+}
+
+int32_t Recorder::AddConstantNode(const at::Tensor& tensor, std::string address) {
+  int32_t address_index = -1;
+  if (!address.empty()) {
+    std::vector<std::string>& addresses = record_.record().constant_addresses;
+    auto it = std::find(addresses.begin(), addresses.end(), address);
+    address_index = static_cast<int32_t>(it - addresses.begin());
+    if (it == addresses.end()) addresses.push_back(std::move(address));
+  }
+  return record_.AddSourceNode(NodeRecord::Kind::kConstant, tensor,
+                               options_.save_activations ? Save(tensor) : -1, address_index);
+}
+
+// NOTE [Shallow copies]
+// The C++ frontend's factory functions (`torch::zeros`, `torch::ones`, ...) wrap what the
+// dispatched op returned in a variable; when the op's output is still referenced (the
+// trace saved it) that wrapping makes a shallow copy: a new TensorImpl on the same storage
+// with the same geometry. Such a tensor is the op's output, not a tensor from outside.
+Recorder::TensorEntry* Recorder::AddShallowCopy(const at::Tensor& tensor) {
+  if (!tensor.has_storage()) return nullptr;
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == storages_.end()) return nullptr;
+  for (const SavedValue& value : it->second.saved) {
+    const int32_t slot = value.slot;
+    const at::Tensor& saved = record_.slot(slot);
+    if (slot >= static_cast<int32_t>(slot_producers_.size()) || slot_producers_[slot].first < 0 ||
+        saved.storage_offset() != tensor.storage_offset() || saved.sizes() != tensor.sizes() ||
+        saved.strides() != tensor.strides() || saved.scalar_type() != tensor.scalar_type()) {
+      continue;
+    }
+    TensorEntry entry;
+    entry.node = slot_producers_[slot].first;
+    entry.output_index = slot_producers_[slot].second;
+    entry.slot = slot;
+    entry.aliases_buffer = AliasesBuffer(tensor);
+    Remember(tensor, std::move(entry));
+    return Lookup(tensor.unsafeGetTensorImpl());
+  }
+  return nullptr;
+}
+
+int32_t Recorder::AddInputNode(const at::Tensor& tensor) {
+  return record_.AddSourceNode(NodeRecord::Kind::kInput, tensor,
+                               options_.save_activations ? Save(tensor) : -1);
+}
+
+void Recorder::MarkInputs(const c10::IValue& inputs) {
+  NoCapture no_capture(kCaptureKey);
+  ForEachTensor(inputs, [&](const at::Tensor& tensor) {
+    if (!tensor.defined() || Lookup(tensor.unsafeGetTensorImpl()) != nullptr) return;
+    TensorEntry entry;
+    entry.node = AddInputNode(tensor);
+    entry.slot = record_.OutputSlot(entry.node);
+    entry.aliases_buffer = AliasesBuffer(tensor);
+    Remember(tensor, std::move(entry));
+  });
+  inputs_marked_ = true;
+}
+
+SourceRecord Recorder::SourceOf(const at::Tensor& tensor) {
+  SourceRecord source;
+  const TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
+  if (entry == nullptr || entry->node < 0) return source;
+  source.kind = SourceRecord::Kind::kNode;
+  source.index = entry->node;
+  source.output_index = entry->output_index;
+  source.slot = entry->slot;
+  return source;
+}
+
+void Recorder::SetBuffer(const at::Tensor& tensor, int32_t buffer) {
+  TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
+  if (buffer < 0) {
+    if (entry != nullptr) entry->buffer = -1;  // it keeps its producer
+    return;
+  }
+  if (entry == nullptr) entry = &tensors_[tensor.unsafeGetTensorImpl()];
+  entry->buffer = buffer;
+  entry->param = -1;
+  entry->aliases_buffer = true;
+  // The buffer slot keeps it alive: no address-reuse check (NOTE [Address reuse in unsaved
+  // mode]).
+  entry->version = c10::VariableVersion(c10::VariableVersion::DISABLED);
+  entry->alive.reset();
+}
+
+}  // namespace torchlens

@@ -1,0 +1,114 @@
+// Recorder: copy-on-write of saved values before in-place writes, and the alias writes of
+// the tensors those writes changed (NOTE [Writes through views] in recorder.h).
+#include "torchlens_dispatch/recorder.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "torchlens_dispatch/saved_copy.h"
+#include "torchlens_dispatch/storage_ranges.h"
+
+namespace torchlens {
+
+void Recorder::IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases) {
+  if (!view.defined() || !view.has_storage()) return;
+  const c10::StorageImpl* storage = view.storage().unsafeGetStorageImpl();
+  std::vector<AliasedTensor>* aliased = nullptr;
+  auto index = [&](const at::Tensor& tensor) {
+    if (aliased == nullptr) aliased = &storages_[storage].aliased;
+    for (const AliasedTensor& known : *aliased) {
+      if (known.tensor == tensor.unsafeGetTensorImpl()) return;
+    }
+    const auto [begin, end] = ByteRange(tensor);
+    aliased->push_back(AliasedTensor{tensor.unsafeGetTensorImpl(), begin, end});
+  };
+  for (const at::Tensor& base : bases) {
+    if (base.storage().unsafeGetStorageImpl() == storage) index(base);
+  }
+  if (aliased != nullptr) index(view);  // a view of one of the bases
+}
+
+void Recorder::RecordAliasWrites(int32_t writer) {
+  // See NOTE [Writes through views].
+  for (OverwrittenValue& overwritten : overwritten_) {
+    const SavedValue& saved = overwritten.saved;
+    TensorEntry* entry = Lookup(saved.tensor);
+    // Gone, saved anew (an output of this op), or model state with versions of its own.
+    if (entry == nullptr || entry->slot != saved.slot || entry->node < 0 || entry->node == writer ||
+        entry->buffer >= 0 || entry->buffer_view >= 0 || entry->param >= 0) {
+      continue;
+    }
+    SourceRecord before;
+    before.kind = SourceRecord::Kind::kNode;
+    before.index = entry->node;
+    before.output_index = entry->output_index;
+    before.slot = entry->slot;
+    AliasWriteRecord write;
+    write.before = before;
+    write.written_tensor = overwritten.written_tensor;
+    if (overwritten.alias.defined()) {
+      write.aliased = GeometryOf(overwritten.alias);
+      write.slot = Save(overwritten.alias, saved.tensor);
+    }
+    write.written = std::move(overwritten.written);
+    const int32_t slot = write.slot;
+    const int32_t output = record_.AddAliasWrite(writer, std::move(write));
+    entry = Lookup(saved.tensor);  // Save may have grown the table
+    entry->node = writer;
+    entry->output_index = output;
+    entry->slot = slot;
+  }
+  for (const OverwrittenValue& overwritten : overwritten_) {
+    std::vector<std::pair<int32_t, int32_t>>& written_inputs = record_.record().written_inputs;
+    if (overwritten.node_before >= 0 &&
+        record_.node(overwritten.node_before).kind == NodeRecord::Kind::kInput) {
+      const std::pair<int32_t, int32_t> written{overwritten.node_before, writer};
+      if (std::find(written_inputs.begin(), written_inputs.end(), written) ==
+          written_inputs.end()) {
+        written_inputs.push_back(written);
+      }
+    }
+  }
+  overwritten_.clear();
+}
+
+void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  journal_.NoteWrite(tensor, kind, written_tensor);
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == storages_.end()) return;
+  StorageEntry& storage = it->second;
+  const std::pair<int64_t, int64_t> range = ByteRange(tensor);
+  if (!storage.saved.empty()) {
+    // NOTE [Copy-on-write of saved values], NOTE [Writes through views]: saved values whose
+    // bytes the write may touch are copied and noted; the others stay shared.
+    std::optional<TensorGeometry> written;
+    size_t kept = 0;
+    for (const SavedValue& saved : storage.saved) {
+      at::Tensor& value = record_.slot(saved.slot);
+      if (!Overlap(ByteRange(value), range)) {
+        storage.saved[kept++] = saved;
+        continue;
+      }
+      if (!written.has_value()) written = GeometryOf(tensor);
+      const TensorEntry* entry = Lookup(saved.tensor);
+      overwritten_.push_back(OverwrittenValue{saved, value, written_tensor, *written,
+                                              entry != nullptr ? entry->node : -1});
+      value = CopyOfSaved(value);
+      ++record_.record().stats.copy_on_write_clones;
+    }
+    storage.saved.resize(kept);
+  }
+  for (const AliasedTensor& aliased : storage.aliased) {
+    // Without saved values: the same notes, with no value to copy.
+    if (!Overlap({aliased.begin_byte, aliased.end_byte}, range)) continue;
+    const TensorEntry* entry = Lookup(aliased.tensor);
+    overwritten_.push_back(OverwrittenValue{SavedValue{-1, aliased.tensor}, at::Tensor(),
+                                            written_tensor, TensorGeometry{},
+                                            entry != nullptr ? entry->node : -1});
+  }
+}
+
+}  // namespace torchlens
