@@ -353,19 +353,10 @@ SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
   TensorEntry* entry = Lookup(impl);
   if (entry == nullptr) entry = AddUnseen(tensor);
   if (entry->aliases_buffer) *touches_buffer = true;
-  if (entry->buffer_view >= 0) {
-    // Reads the buffer's current version, like the registered tensor (NOTE [Buffer writes]).
-    const int32_t buffer = entry->buffer_view;
-    if (*owner_module < 0) *owner_module = layout_->buffers[buffer].module;
-    const int32_t version = journal_.Read(buffer);
-    source.kind = SourceRecord::Kind::kNode;
-    source.index = version;
-    source.slot = record_.OutputSlot(version);
-    return source;
-  }
-  if (entry->buffer >= 0) {
-    // NOTE [Tensor identity]: the registered tensor reads the buffer's current version.
-    const int32_t buffer = entry->buffer;
+  // NOTE [Tensor identity]: the registered tensor, and a tensor made without dispatching
+  // in its place (NOTE [Buffer writes]), read the buffer's current version.
+  if (const int32_t buffer = entry->buffer >= 0 ? entry->buffer : entry->buffer_view;
+      buffer >= 0) {
     if (*owner_module < 0) *owner_module = layout_->buffers[buffer].module;
     const int32_t version = journal_.Read(buffer);
     source.kind = SourceRecord::Kind::kNode;
