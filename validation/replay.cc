@@ -37,10 +37,17 @@ absl::StatusOr<c10::OperatorHandle> Handle(const Op& op) {
 
 // Swaps the default CPU generator's state for the op's captured one and back. The
 // generator's mutex is not held during the op, which locks it itself.
+// One replay of a random op at a time: the state swapped in must be the one its kernel
+// draws from, also when several threads replay (NOTE [Validating on several threads]).
+std::mutex& RandomReplays() {
+  static std::mutex* const mutex = new std::mutex();
+  return *mutex;
+}
+
 class CapturedRandomness {
  public:
   explicit CapturedRandomness(const at::Tensor& state)
-      : generator_(at::detail::getDefaultCPUGenerator()) {
+      : one_at_a_time_(RandomReplays()), generator_(at::detail::getDefaultCPUGenerator()) {
     std::lock_guard<std::mutex> lock(generator_.mutex());
     saved_ = generator_.get_state();
     generator_.set_state(state);
@@ -53,6 +60,7 @@ class CapturedRandomness {
   CapturedRandomness& operator=(const CapturedRandomness&) = delete;
 
  private:
+  std::lock_guard<std::mutex> one_at_a_time_;
   at::Generator generator_;
   at::Tensor saved_;
 };

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -171,14 +173,28 @@ bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
   return true;
 }
 
+// NOTE [Validating on several threads]
+// Every op is checked from its own saved values, so ops can be checked in any order and on
+// any thread. Each thread runs a Validator over the ops whose position is its number
+// modulo the thread count; each op's perturbations draw from a generator seeded with the
+// op's position, so the report does not depend on the thread count. Lines are tagged with
+// the position of the op they are about and merged in trace order. Buffer versions are
+// checked afterwards, on one thread, from what the ops' checks established.
 class Validator {
  public:
-  explicit Validator(const Trace& trace)
-      : trace_(trace), generator_(at::make_generator<at::CPUGeneratorImpl>(20240601)) {
-  }
+  using Lines = std::vector<std::pair<int, std::string>>;  // (op position, line)
 
-  ValidationReport Run() {
-    for (const Op& op : trace_.ops()) {
+  explicit Validator(const Trace& trace)
+      : trace_(trace), generator_(at::make_generator<at::CPUGeneratorImpl>(kSeed)) {}
+
+  // Checks the ops and outputs at positions `first`, `first + stride`, ...
+  void CheckOps(size_t first, size_t stride) {
+    // Replay must not be captured, also on worker threads (the key set is thread-local).
+    c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
+    const std::vector<Op>& ops = trace_.ops();
+    for (size_t i = first; i < ops.size(); i += stride) {
+      const Op& op = ops[i];
+      generator_.set_current_seed(kSeed + i);
       // A kernel that cannot run on what it saved (a sparse, meta or quantized tensor an
       // op does not accept) is a verdict on that op, never an exception out of validation.
       try {
@@ -191,6 +207,21 @@ class Validator {
         Fail(op, absl::StrCat("not checkable: ", FirstLine(e)));
       }
     }
+  }
+
+  // Takes in what `other` found (NOTE [Validating on several threads]).
+  void Merge(Validator&& other) {
+    for (Lines Validator::*lines : {&Validator::failures_, &Validator::unproved_,
+                                    &Validator::state_transition_only_}) {
+      (this->*lines).insert((this->*lines).end(), (other.*lines).begin(), (other.*lines).end());
+    }
+    fused_checked_.insert(other.fused_checked_.begin(), other.fused_checked_.end());
+    ops_checked_ += other.ops_checked_;
+    perturbations_checked_ += other.perturbations_checked_;
+  }
+
+  // Checks the buffer versions and lists the dead nodes; the report in trace order.
+  ValidationReport Finish() {
     for (const Op& op : trace_.ops()) {
       if (!op.is_buffer) continue;
       try {
@@ -199,19 +230,39 @@ class Validator {
         Fail(op, absl::StrCat("not checkable: ", FirstLine(e)));
       }
     }
-    FindDeadNodes();
-    report_.passed = report_.failures.empty();
-    return std::move(report_);
+    ValidationReport report;
+    report.failures = Ordered(&failures_);
+    report.unproved = Ordered(&unproved_);
+    report.state_transition_only = Ordered(&state_transition_only_);
+    for (int index : DeadNodes(trace_)) report.dead.push_back(trace_.ops()[index].label);
+    report.ops_checked = ops_checked_;
+    report.perturbations_checked = perturbations_checked_;
+    report.passed = report.failures.empty();
+    return report;
   }
 
  private:
+  static constexpr uint64_t kSeed = 20240601;
+
+  static std::vector<std::string> Ordered(Lines* lines) {
+    std::stable_sort(lines->begin(), lines->end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::string> ordered;
+    ordered.reserve(lines->size());
+    for (auto& [position, line] : *lines) ordered.push_back(std::move(line));
+    return ordered;
+  }
+
+  void Note(Lines* lines, const Op& op, std::string line) {
+    lines->emplace_back(trace_.IndexOf(&op), std::move(line));
+  }
   const Op* Node(absl::string_view label) const {
     const int index = trace_.IndexOfLabel(label);
     return index < 0 ? nullptr : &trace_.ops()[index];
   }
 
   void Fail(const Op& op, absl::string_view why) {
-    report_.failures.push_back(absl::StrCat(op.label, ": ", why));
+    Note(&failures_, op, absl::StrCat(op.label, ": ", why));
   }
 
   // The saved tensors inside op.creation_args, in ForEachTensor order.
@@ -235,7 +286,7 @@ class Validator {
   }
 
   void CheckOp(const Op& op) {
-    ++report_.ops_checked;
+    ++ops_checked_;
     // Edges: the parents are the argument sources, then the earlier values of the tensors
     // the op changed through aliases; each argument is its parent's value.
     std::vector<std::string> expected_parents;
@@ -321,7 +372,7 @@ class Validator {
       absl::StatusOr<at::Tensor> after = ReplayAliasWrite(op, write, PlainArguments(op), *before);
       if (!after.ok()) {
         // A write that replay cannot redo is a state transition it cannot prove.
-        report_.state_transition_only.push_back(changed != nullptr ? changed->label : op.label);
+        Note(&state_transition_only_, op, changed != nullptr ? changed->label : op.label);
         continue;
       }
       if (std::optional<std::string> diff = Difference(*after, write.value)) {
@@ -415,8 +466,9 @@ class Validator {
       }
       if (empty) continue;
       if (!unperturbable.empty()) {
-        report_.unproved.push_back(absl::StrCat(op.label, " <- ", parent, ": ", unperturbable,
-                                                " values cannot be perturbed"));
+        Note(&unproved_, op,
+             absl::StrCat(op.label, " <- ", parent, ": ", unperturbable,
+                          " values cannot be perturbed"));
         continue;
       }
       bool reacted = false;
@@ -441,12 +493,12 @@ class Validator {
         reacted = !perturbed.ok() || !SameReturns(*perturbed, unperturbed);
       }
       if (reacted) {
-        ++report_.perturbations_checked;
+        ++perturbations_checked_;
       } else if (DataDependentlyExempt(op.func_name, op.creation_args, saved, indexes, unperturbed.outputs)) {
         // See NOTE [Data-dependent exemptions].
       } else if (Predicate(op.func_name) || !finite) {
         // See NOTE [Perturbations that can prove].
-        report_.unproved.push_back(absl::StrCat(
+        Note(&unproved_, op, absl::StrCat(
             op.label, " <- ", parent, ": no perturbation tried changes the output (",
             !finite ? "the parent holds NaN or infinite values" : "the op is a predicate", ")"));
       } else {
@@ -456,7 +508,7 @@ class Validator {
   }
 
   void CheckOutput(const Op& op) {
-    ++report_.ops_checked;
+    ++ops_checked_;
     if (op.parents.size() != 1) {
       Fail(op, absl::StrCat("an output needs exactly one parent, has ", op.parents.size()));
       return;
@@ -488,7 +540,7 @@ class Validator {
     }
     if (!version.buffer_write_kind.has_value()) {
       // See NOTE [Independent initial values].
-      ++report_.ops_checked;
+      ++ops_checked_;
       if (std::optional<std::string> diff = Difference(version.out, buffer->second.initial_value)) {
         Fail(version, absl::StrCat("a read of the initial value of ", version.address,
                                    " differs from it (", *diff, ")"));
@@ -496,14 +548,14 @@ class Validator {
       return;
     }
     if (fused_checked_.contains(&version)) {
-      ++report_.ops_checked;
+      ++ops_checked_;
       return;
     }
     const Op* producer = version.parents.empty() ? nullptr : Node(version.parents[0]);
     if (producer == nullptr) {
       // A reassignment from outside the capture: nothing to compare with.
       if (version.buffer_write_kind == WriteKind::kReassign) {
-        report_.state_transition_only.push_back(version.label);
+        Note(&state_transition_only_, version, version.label);
       } else {
         Fail(version, "a write without a producer");
       }
@@ -511,7 +563,7 @@ class Validator {
     }
     if (version.buffer_write_kind == WriteKind::kFused) {
       // Written inside a kernel that is not a known fused mutator: nothing re-runs it.
-      report_.state_transition_only.push_back(version.label);
+      Note(&state_transition_only_, version, version.label);
       return;
     }
     const int output = version.arg_sources.empty() ? 0 : version.arg_sources[0].output_index;
@@ -531,26 +583,46 @@ class Validator {
                                  output < 0 ? " wrote through an alias" : "", " (", *diff, ")"));
       return;
     }
-    ++report_.ops_checked;
-  }
-
-  // Dead computation (graph/dead_nodes.h) was checked like every node; it is only listed.
-  void FindDeadNodes() {
-    for (int index : DeadNodes(trace_)) report_.dead.push_back(trace_.ops()[index].label);
+    ++ops_checked_;
   }
 
   const Trace& trace_;
   at::Generator generator_;
   absl::flat_hash_set<const Op*> fused_checked_;
-  ValidationReport report_;
+  Lines failures_;
+  Lines unproved_;
+  Lines state_transition_only_;
+  int ops_checked_ = 0;
+  int perturbations_checked_ = 0;
 };
 
 }  // namespace
 
 absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace) {
+  return ValidateForwardPass(trace, ValidationOptions());
+}
+
+absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace,
+                                                     const ValidationOptions& options) {
   if (absl::Status saved = RequireSavedValues(trace, "validate it"); !saved.ok()) return saved;
+  if (options.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ValidationOptions::threads is ", options.threads, "; give 1 or more"));
+  }
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
-  return Validator(trace).Run();
+  // NOTE [Validating on several threads]
+  const size_t threads = std::min<size_t>(options.threads, std::max<size_t>(trace.ops().size(), 1));
+  std::vector<Validator> workers;
+  workers.reserve(threads);
+  for (size_t t = 0; t < threads; ++t) workers.emplace_back(trace);
+  std::vector<std::thread> running;
+  for (size_t t = 1; t < threads; ++t) {
+    running.emplace_back([&workers, t, threads] { workers[t].CheckOps(t, threads); });
+  }
+  workers[0].CheckOps(0, threads);
+  for (std::thread& thread : running) thread.join();
+  for (size_t t = 1; t < threads; ++t) workers[0].Merge(std::move(workers[t]));
+  return workers[0].Finish();
 }
 
 std::string ValidationReportToJson(const ValidationReport& report) {

@@ -55,8 +55,17 @@ struct ValidationReport {
   std::vector<std::string> unproved;
 };
 
-// kFailedPrecondition for a trace captured without saved values.
+struct ValidationOptions {
+  // Threads that check ops at once (each op is checked from its own saved values). The
+  // report is the same for any number; 1 runs on the calling thread only.
+  int threads = 1;
+};
+
+// kFailedPrecondition for a trace captured without saved values; kInvalidArgument for
+// threads < 1.
 absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace);
+absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace,
+                                                     const ValidationOptions& options);
 
 // The report as a JSON object with the fields above ("passed", "ops_checked", "failures",
 // "dead", "state_transition_only", "perturbations_checked", "unproved").

@@ -342,5 +342,31 @@ TEST(ValidateTest, GuardThatDidNotFireIsExemptButAGuardThatSelectsIsChecked) {
   EXPECT_GE(selects.perturbations_checked, 3);
 }
 
+// NOTE [Validating on several threads]: the same report whatever the thread count, also
+// for random ops (replayed one at a time under their saved generator state) and tampered
+// traces, whose failures come in trace order.
+TEST(ValidateTest, SeveralThreadsGiveTheSameReport) {
+  for (const std::string name : {"demo", "dropout_train", "bn_loop_train", "view_write_partial",
+                                 "dead_branch", "threshold_guard"}) {
+    SCOPED_TRACE(name);
+    for (const Trace& trace :
+         {Capture(name), Changed(Capture(name), "output_1", [](Op& out) { out.out = out.out + 1; })}) {
+      absl::StatusOr<ValidationReport> one = ValidateForwardPass(trace);
+      absl::StatusOr<ValidationReport> three = ValidateForwardPass(trace, ValidationOptions{3});
+      ASSERT_TRUE(one.ok()) << one.status();
+      ASSERT_TRUE(three.ok()) << three.status();
+      EXPECT_EQ(one->passed, three->passed);
+      EXPECT_EQ(one->failures, three->failures);
+      EXPECT_EQ(one->dead, three->dead);
+      EXPECT_EQ(one->unproved, three->unproved);
+      EXPECT_EQ(one->state_transition_only, three->state_transition_only);
+      EXPECT_EQ(one->ops_checked, three->ops_checked);
+      EXPECT_EQ(one->perturbations_checked, three->perturbations_checked);
+    }
+  }
+  EXPECT_EQ(ValidateForwardPass(Capture("mlp"), ValidationOptions{0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace torchlens
