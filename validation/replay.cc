@@ -7,6 +7,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -24,9 +25,28 @@
 namespace torchlens {
 namespace {
 
+// Validation replays each op several times (once, then per perturbation), and finding an
+// operator hashes its name: a small per-thread cache by node remembers the last handles.
+// An entry is used only for a node with the same operator name, so a node at the address
+// of a destroyed one is looked up again.
+struct CachedHandle {
+  const Op* op = nullptr;
+  std::string name;
+  std::string overload;
+  c10::optional<c10::OperatorHandle> handle;
+};
+
 absl::StatusOr<c10::OperatorHandle> Handle(const Op& op) {
+  constexpr size_t kEntries = 64;
+  thread_local std::array<CachedHandle, kEntries> cache;
+  CachedHandle& cached = cache[(reinterpret_cast<uintptr_t>(&op) / sizeof(Op)) % kEntries];
+  if (cached.op == &op && cached.handle.has_value() && cached.name == op.func_name &&
+      cached.overload == op.overload_name) {
+    return *cached.handle;
+  }
   c10::optional<c10::OperatorHandle> handle =
       c10::Dispatcher::singleton().findSchema({op.func_name, op.overload_name});
+  if (handle.has_value()) cached = CachedHandle{&op, op.func_name, op.overload_name, handle};
   if (!handle.has_value()) {
     return absl::NotFoundError(absl::StrCat(
         "not replayable: operator ", op.func_name, op.overload_name.empty() ? "" : ".",

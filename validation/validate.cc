@@ -427,7 +427,7 @@ class Validator {
       return;
     }
     const FusedMutator* fused = FindFusedMutator(op.func_name);
-    const bool updating = fused != nullptr && UpdatesState(*fused, PlainArguments(op));
+    const bool updating = fused != nullptr && UpdatesState(*fused, op.creation_args);
     // Tensor indexes that are fused state arguments.
     absl::flat_hash_set<int> state_tensors;
     if (updating) {
