@@ -269,6 +269,9 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   };
   if (spec.full) {
     configs.push_back({"validate", [&] { (void)ValidateForwardPass(*reference); }, {}});
+    configs.push_back({"validate_2_threads",
+                       [&] { (void)ValidateForwardPass(*reference, ValidationOptions{2}); },
+                       {}});
     configs.push_back(
         {"do_last_op",
          [&] {
