@@ -666,6 +666,20 @@ class PositiveSelect(nn.Module):
         return y[y > 0]
 
 
+class DivideByZero(nn.Module):
+    """A middle layer divides by zero: NaN and infinities flow on from there."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(3, 3)
+        self.fc2 = nn.Linear(3, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = h / (h - h)
+        return self.fc2(h)
+
+
 class ThresholdGuard(nn.Module):
     """Guards that never fire on these inputs: a sum checked against 1e9, |x| > 100."""
 
@@ -746,6 +760,7 @@ def models():
         "positive_count": (PositiveCount, [torch.tensor([1.0, -2.0, 3.0, -4.0])], False),
         "threshold_guard": (ThresholdGuard, [rand(2, 3)], False),
         "chunk_heads": (ChunkHeads, [rand(2, 4)], False),
+        "divide_by_zero": (DivideByZero, [rand(2, 3)], False),
         "positive_select": (PositiveSelect, [rand(2, 3)], False),
     }
 

@@ -1,0 +1,136 @@
+#include "graph/compare.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace torchlens {
+namespace {
+
+std::string Shape(c10::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+std::vector<at::Tensor> Outputs(const Op& op) {
+  if (!op.outs.empty()) return op.outs;
+  return {op.out};
+}
+
+bool Numeric(const at::Tensor& t) {
+  return t.defined() && t.layout() == at::kStrided && !t.is_quantized() && !t.is_meta();
+}
+
+// Folds the differences of one output pair into `node`; false when they are not close.
+bool CompareValues(const at::Tensor& a, const at::Tensor& b, const CompareOptions& options,
+                   NodeComparison* node) {
+  const at::Tensor x = (a.is_complex() ? at::view_as_real(a) : a).to(at::kDouble);
+  const at::Tensor y = (b.is_complex() ? at::view_as_real(b) : b).to(at::kDouble);
+  if (x.numel() == 0) return true;
+  const at::Tensor both_nan = at::isnan(x) & at::isnan(y);
+  const at::Tensor same = (x == y) | both_nan;  // also equal infinities
+  const at::Tensor diff = at::where(same, at::zeros_like(x), (x - y).abs());
+  const at::Tensor safe = at::where(at::isnan(diff), at::full_like(diff, INFINITY), diff);
+  node->max_abs_diff = std::max(node->max_abs_diff, safe.max().item<double>());
+  const at::Tensor nonzero = y.abs() > 0;
+  if (nonzero.any().item<bool>()) {
+    node->max_rel_diff = std::max(
+        node->max_rel_diff, (safe.masked_select(nonzero) / y.abs().masked_select(nonzero))
+                                .max()
+                                .item<double>());
+  }
+  return (same | (safe <= options.atol + options.rtol * y.abs())).all().item<bool>();
+}
+
+}  // namespace
+
+absl::StatusOr<Comparison> Compare(const Trace& a, const Trace& b, CompareOptions options) {
+  if (options.atol < 0 || options.rtol < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tolerances must not be negative (atol ",
+                                                   options.atol, ", rtol ", options.rtol, ")"));
+  }
+  Comparison comparison;
+  for (const Op& op : b.ops()) {
+    if (a.IndexOfLabel(op.label) < 0) comparison.only_in_b.push_back(op.label);
+  }
+  for (const Op& x : a.ops()) {
+    const int other = b.IndexOfLabel(x.label);
+    if (other < 0) {
+      comparison.only_in_a.push_back(x.label);
+      continue;
+    }
+    const Op& y = b.ops()[other];
+    NodeComparison node;
+    node.label = x.label;
+    if (x.func_name != y.func_name || x.overload_name != y.overload_name || x.type != y.type) {
+      node.differences.push_back(absl::StrCat("operator ", x.func_name, x.type.empty() ? "" : " ",
+                                              x.type, " vs ", y.func_name, " ", y.type));
+    }
+    if (x.parents != y.parents) {
+      node.differences.push_back(absl::StrCat("parents [", absl::StrJoin(x.parents, ", "),
+                                              "] vs [", absl::StrJoin(y.parents, ", "), "]"));
+    }
+    if (x.module_address != y.module_address) {
+      node.differences.push_back(
+          absl::StrCat("module '", x.module_address, "' vs '", y.module_address, "'"));
+    }
+    const bool same_shape = c10::IntArrayRef(x.tensor_shape) == c10::IntArrayRef(y.tensor_shape);
+    if (!same_shape) {
+      node.differences.push_back(
+          absl::StrCat("shape ", Shape(x.tensor_shape), " vs ", Shape(y.tensor_shape)));
+    }
+    node.diverged = !node.differences.empty();
+    if (x.tensor_dtype != y.tensor_dtype) {
+      node.differences.push_back(absl::StrCat("dtype ", x.tensor_dtype, " vs ", y.tensor_dtype));
+    }
+    const std::vector<at::Tensor> xs = Outputs(x);
+    const std::vector<at::Tensor> ys = Outputs(y);
+    if (same_shape && xs.size() == ys.size()) {
+      node.values_compared = true;
+      for (size_t k = 0; k < xs.size(); ++k) {
+        if (!Numeric(xs[k]) || !Numeric(ys[k]) || xs[k].sizes() != ys[k].sizes()) {
+          node.values_compared = node.values_compared && !xs[k].defined() && !ys[k].defined();
+          continue;
+        }
+        if (!CompareValues(xs[k], ys[k], options, &node)) node.diverged = true;
+      }
+    }
+    if (node.diverged && !comparison.first_divergence.has_value()) {
+      comparison.first_divergence = node.label;
+    }
+    comparison.nodes.push_back(std::move(node));
+  }
+  return comparison;
+}
+
+std::string FormatComparison(const Comparison& comparison) {
+  std::string out = absl::StrFormat("%-28s %14s %14s  %s\n", "node", "max abs diff",
+                                    "max rel diff", "differences");
+  for (const NodeComparison& node : comparison.nodes) {
+    const std::string abs_diff =
+        node.values_compared ? absl::StrFormat("%.3g", node.max_abs_diff) : "-";
+    const std::string rel_diff =
+        node.values_compared ? absl::StrFormat("%.3g", node.max_rel_diff) : "-";
+    absl::StrAppend(&out, absl::StrFormat("%-28s %14s %14s  %s", node.label, abs_diff, rel_diff,
+                                          absl::StrJoin(node.differences, "; ")));
+    if (comparison.first_divergence == node.label) absl::StrAppend(&out, "  <- first divergence");
+    absl::StrAppend(&out, "\n");
+  }
+  if (!comparison.only_in_a.empty()) {
+    absl::StrAppend(&out, "only in the first: ", absl::StrJoin(comparison.only_in_a, ", "), "\n");
+  }
+  if (!comparison.only_in_b.empty()) {
+    absl::StrAppend(&out, "only in the second: ", absl::StrJoin(comparison.only_in_b, ", "), "\n");
+  }
+  absl::StrAppend(&out, comparison.first_divergence.has_value()
+                            ? absl::StrCat("first divergence: ", *comparison.first_divergence)
+                            : std::string("no divergence"),
+                  "\n");
+  return out;
+}
+
+}  // namespace torchlens
