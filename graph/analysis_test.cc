@@ -5,10 +5,13 @@
 #include <torch/script.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "gmock/gmock.h"
 #include "graph/compare.h"
 #include "graph/non_finite.h"
+#include "graph/op_timing.h"
+#include "graph/summary.h"
 #include "graph/structure_hash.h"
 #include "graph/trace_builder.h"
 #include "gtest/gtest.h"
@@ -135,6 +138,65 @@ TEST(AnalysisTest, StructureHashIgnoresValuesAndSeesStructure) {
   };
   EXPECT_EQ(product(false), product(false));
   EXPECT_NE(product(false), product(true));
+}
+
+TEST(AnalysisTest, OpTimesNestInModuleCalls) {
+  torch::jit::Module model = testdata::LoadModel("demo");
+  const at::Tensor x = testdata::Expected("demo").input(0);
+  CaptureOptions options;
+  options.time_ops = true;
+  absl::StatusOr<Trace> trace = TraceModule(model, {x}, options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  int64_t sum = 0;
+  int64_t previous_start = -1;
+  int timed = 0;
+  for (const Op& op : trace->ops()) {
+    if (!op.is_compute()) {
+      EXPECT_EQ(op.duration_ns, -1) << op.label;
+      continue;
+    }
+    ++timed;
+    EXPECT_GE(op.duration_ns, 0) << op.label;
+    EXPECT_GE(op.start_ns, previous_start) << op.label;  // in execution order
+    previous_start = op.start_ns;
+    sum += op.duration_ns;
+  }
+  for (const Op& op : trace->ops()) {  // times from the first op
+    if (!op.is_compute()) continue;
+    EXPECT_EQ(op.start_ns, 0) << op.label;
+    break;
+  }
+  const std::map<std::string, int64_t> totals = ModuleTotals(*trace);
+  EXPECT_EQ(totals.at(""), sum);
+  EXPECT_GE(totals.at("block1"), totals.at("block1.conv"));
+  EXPECT_GT(totals.at("block1.conv"), 0);
+  EXPECT_THAT(FormatSummary(*trace), HasSubstr("Time per module"));
+
+  absl::StatusOr<std::string> chrome = ChromeTraceJson(*trace);
+  ASSERT_TRUE(chrome.ok()) << chrome.status();
+  const nlohmann::json events = nlohmann::json::parse(*chrome)["traceEvents"];
+  int ops = 0;
+  double block1_start = -1, block1_end = -1;
+  for (const nlohmann::json& event : events) {
+    EXPECT_EQ(event["ph"], "X");
+    if (event["cat"] == "module" && event["name"] == "block1") {
+      block1_start = event["ts"];
+      block1_end = block1_start + event["dur"].get<double>();
+    }
+    if (event["cat"] != "module") ++ops;
+  }
+  EXPECT_EQ(ops, timed);
+  ASSERT_GE(block1_start, 0);
+  for (const nlohmann::json& event : events) {  // block1's ops lie inside its call
+    if (event["cat"] == "module" || event["args"]["module"].get<std::string>().rfind("block1", 0) != 0) {
+      continue;
+    }
+    EXPECT_GE(event["ts"].get<double>(), block1_start);
+    EXPECT_LE(event["ts"].get<double>() + event["dur"].get<double>(), block1_end + 1e-6);
+  }
+  // Untimed captures say so.
+  EXPECT_EQ(ChromeTraceJson(Capture("mlp")).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*Capture("mlp").Find("linear_1_1:1"))->duration_ns, -1);
 }
 
 }  // namespace

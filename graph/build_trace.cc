@@ -251,6 +251,15 @@ Trace BuildTrace(CaptureRecord record) {
     }
   }
 
+  if (!record.timings.empty()) {
+    const int64_t origin = record.timings.front().start_ns;
+    for (const OpTiming& timing : record.timings) {
+      if (timing.node < 0 || timing.node >= static_cast<int32_t>(ops.size())) continue;
+      ops[timing.node].start_ns = timing.start_ns - origin;
+      ops[timing.node].duration_ns = timing.end_ns - timing.start_ns;
+    }
+  }
+
   // Address-level metadata; modules and parameters are shared with the model's layout.
   for (const BufferRecord& buffer : record.buffers) {
     Buffer& entry = parts.buffers[buffer.address];

@@ -51,6 +51,13 @@ struct AliasWriteRecord {
   int32_t slot = -1;         // the changed tensor after the write; -1 when not saved
 };
 
+// When an op ran (CaptureOptions::time_ops), in nanoseconds of a steady clock.
+struct OpTiming {
+  int32_t node;
+  int64_t start_ns;
+  int64_t end_ns;
+};
+
 struct NodeRecord {
   enum class Kind : uint8_t { kInput, kOp, kBufferVersion, kOutput, kConstant };
   Kind kind = Kind::kOp;
@@ -97,6 +104,7 @@ struct CaptureRecord {
   std::vector<at::Tensor> slots;  // saved tensor values
   std::vector<AliasWriteRecord> alias_writes;
   std::vector<std::string> constant_addresses;
+  std::vector<OpTiming> timings;  // op nodes, in order, when timed
   // (input node, op node): the op wrote the caller's input tensor, directly or through a
   // view (it becomes a trace diagnostic).
   std::vector<std::pair<int32_t, int32_t>> written_inputs;

@@ -60,6 +60,8 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
     node["buffer_value_changed"] = Optional(op.buffer_value_changed);
     Json& sources = node["arg_sources"] = Json::array();
     for (const ArgSource& source : op.arg_sources) sources.push_back(Source(source));
+    node["start_ns"] = op.start_ns;
+    node["duration_ns"] = op.duration_ns;
     Json& writes = node["alias_writes"] = Json::array();
     for (const AliasWrite& write : op.alias_writes) {
       writes.push_back({{"before", Source(write.before)},

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "graph/op_timing.h"
 
 namespace torchlens {
 namespace {
@@ -106,6 +107,17 @@ std::string FormatSummary(const Trace& trace) {
   if (!trace.buffers().empty()) absl::StrAppend(&out, buffers.Render("  "));
   for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {
     absl::StrAppend(&out, "\nDiagnostic (", diagnostic.address, "): ", diagnostic.message, "\n");
+  }
+  if (HasOpTimes(trace)) {
+    // CaptureOptions::time_ops: where the time went, by module (submodules included).
+    absl::StrAppend(&out, "\nTime per module (ops timed, nested calls included):\n");
+    Table times;
+    times.Add({"module", "time"});
+    for (const auto& [address, ns] : ModuleTotals(trace)) {
+      times.Add({address.empty() ? "(whole forward)" : address,
+                 absl::StrFormat("%.1f us", static_cast<double>(ns) / 1e3)});
+    }
+    absl::StrAppend(&out, times.Render("  "));
   }
   return out;
 }

@@ -152,6 +152,10 @@ struct Op {
   at::Tensor rng_state;
   // Tensors this op changed through an alias of what it wrote (see AliasWrite).
   std::vector<AliasWrite> alias_writes;
+  // When it ran, relative to the first timed op of the capture, and for how long (its
+  // nested calls included), with CaptureOptions::time_ops; -1 otherwise.
+  int64_t start_ns = -1;
+  int64_t duration_ns = -1;
 
   OpKind kind = OpKind::kOp;
   // The positions in `Trace::ops()` of `parents` and `children`, in the same order (-1 for

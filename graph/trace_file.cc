@@ -141,6 +141,8 @@ c10::IValue OpToIValue(const Op& op) {
     alias_writes.push_back(w);
   }
   d.insert("alias_writes", alias_writes);
+  d.insert("start_ns", op.start_ns);
+  d.insert("duration_ns", op.duration_ns);
   return d;
 }
 
@@ -285,6 +287,10 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
     op.arg_sources.push_back(SourceFromIValue(source, index));
   }
   op.rng_state = r.Tensor(d, "rng_state");
+  if (d.contains("start_ns")) {  // version 2
+    op.start_ns = r.Int(d, "start_ns");
+    op.duration_ns = r.Int(d, "duration_ns");
+  }
   if (d.contains("alias_writes")) {  // version 2
     for (const c10::IValue& value : r.ListOf(d, "alias_writes")) {
       Reader w(absl::StrCat("ops[", index, "] alias write"));

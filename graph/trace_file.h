@@ -14,7 +14,8 @@
 // several ops are stored once. LoadTrace gives back an equal `Trace`: same labels, edges,
 // buffer entities, and bit-identical tensors. Version 2 added each op's "alias_writes"
 // (dicts of "before", "written_tensor", "aliased" and "written" geometries, "value") and
-// each diagnostic's "label"; version 1 files, which have neither, still load.
+// each diagnostic's "label", and each op's "start_ns" and "duration_ns"; version 1 files,
+// which have none of them, still load.
 #ifndef TORCHLENS_GRAPH_TRACE_FILE_H_
 #define TORCHLENS_GRAPH_TRACE_FILE_H_
 

@@ -12,6 +12,9 @@ struct CaptureOptions {
   // (see README "Unjournaled buffer changes"); the change becomes a `Trace::diagnostics()`
   // entry instead of a kFailedPrecondition error.
   bool allow_unjournaled_writes = false;
+  // Time every user-level op (`Op::start_ns`, `Op::duration_ns`): two clock reads per op,
+  // so off by default. Times include the op's nested calls and the capture's own work.
+  bool time_ops = false;
 };
 
 }  // namespace torchlens

@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -25,6 +26,12 @@ namespace {
 
 // The capturing recorder of this thread. See NOTE [User-level and nested ops].
 thread_local Recorder* current_recorder = nullptr;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class DepthGuard {
  public:
@@ -143,6 +150,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     return;
   }
 
+  const int64_t start_ns = options_.time_ops ? NowNs() : 0;
   try {
     DepthGuard depth(&depth_);
     if (prepared.observe_nested) {
@@ -164,8 +172,10 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     throw;
   }
 
+  const int64_t end_ns = options_.time_ops ? NowNs() : 0;
   try {
-    Record(node, prepared, stack);
+    const int32_t index = Record(node, prepared, stack);
+    if (options_.time_ops) record_.record().timings.push_back(OpTiming{index, start_ns, end_ns});
   } catch (const std::exception& e) {
     Abandon(e);
   }
@@ -236,7 +246,7 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   return prepared;
 }
 
-void Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack) {
+int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack) {
   NoCapture no_capture(kCaptureKey);
   record_.PrefetchAhead();
   const ScriptSite site =
@@ -265,6 +275,7 @@ void Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::S
   }
   if (journal_.has_pending_writes()) journal_.CommitWrites(index, returns);
   if (!overwritten_.empty()) RecordAliasWrites(index);
+  return index;
 }
 
 void Recorder::Abandon(const std::exception& e) {

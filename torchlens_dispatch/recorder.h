@@ -197,8 +197,8 @@ class Recorder : private BufferJournal::Tensors {
   void OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
   // Before the call: argument sources, saved arguments, copy-on-write, pending writes.
   PreparedOp Prepare(const c10::OperatorHandle& op, torch::jit::Stack* stack, NodeRecord* node);
-  // After the call: the op node, its outputs, and the buffer versions it wrote.
-  void Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack);
+  // After the call: the op node, its outputs, and the buffer versions it wrote; the node.
+  int32_t Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack);
   void Abandon(const std::exception& e);
   void OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   torch::jit::Stack* stack);
