@@ -4,25 +4,15 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "graph/label.h"
+#include "graph/layer_numbering.h"
 
 namespace torchlens {
-namespace {
-
-struct LayerNumbers {
-  int type_index = 0;
-  int step_index = 0;
-  int passes = 0;
-};
-
-}  // namespace
-
 std::string OpTypeName(const c10::OperatorName& name) {
   absl::string_view base = name.name;
   if (const size_t colons = base.rfind("::"); colons != absl::string_view::npos) {
@@ -51,27 +41,18 @@ Trace BuildTrace(CaptureRecord record) {
   std::vector<int> buffer_number(record.buffers.size(), 0);
   std::vector<int> buffer_versions(record.buffers.size(), 0);
   int buffers_seen = 0;
-  // Layer numbers in order of first execution, by layer id (the recorder numbers layers
-  // densely from 0; see CaptureRecord::num_layers).
-  std::vector<LayerNumbers> layers(record.num_layers);
-  // Per distinct operator (not per op): its type name and the counter of layers of that
-  // type, shared by operators of one type (aten::add.Tensor and aten::add.Scalar).
+  // Layer numbers (graph/layer_numbering.h), and per distinct operator (not per op) its
+  // type name and type id.
+  LayerNumbering numbering;
+  numbering.Reserve(record.num_layers);
   std::vector<std::string> operator_types;
-  std::vector<int> operator_type_ids;
-  std::vector<int> layers_of_type;
-  {
-    absl::flat_hash_map<std::string, int> type_ids;
-    operator_types.reserve(record.operators.size());
-    operator_type_ids.reserve(record.operators.size());
-    for (const c10::OperatorName& name : record.operators) {
-      operator_types.push_back(OpTypeName(name));
-      auto [it, inserted] =
-          type_ids.try_emplace(operator_types.back(), static_cast<int>(type_ids.size()));
-      operator_type_ids.push_back(it->second);
-    }
-    layers_of_type.assign(type_ids.size(), 0);
+  std::vector<int32_t> operator_type_ids;
+  operator_types.reserve(record.operators.size());
+  operator_type_ids.reserve(record.operators.size());
+  for (const c10::OperatorName& name : record.operators) {
+    operator_types.push_back(OpTypeName(name));
+    operator_type_ids.push_back(numbering.TypeId(operator_types.back()));
   }
-  int steps = 0;
   int inputs = 0;
   int outputs = 0;
   int constants = 0;
@@ -138,18 +119,12 @@ Trace BuildTrace(CaptureRecord record) {
         op.func_name = name.name;
         op.overload_name = name.overload_name;
         op.module_address = module_address(node.module);
-        // An op without a layer id (a capture bug) is a layer of its own.
-        const size_t layer_id = node.layer >= 0 ? static_cast<size_t>(node.layer) : layers.size();
-        if (layer_id >= layers.size()) layers.resize(layer_id + 1);
-        LayerNumbers& layer = layers[layer_id];
-        if (layer.passes == 0) {
-          layer.type_index = ++layers_of_type[operator_type_ids[node.op]];
-          layer.step_index = ++steps;
-        }
-        op.pass = ++layer.passes;
-        op.layer_type_index = layer.type_index;
-        op.layer_step_index = layer.step_index;
-        op.label = LayerPassLabel(op.type, layer.type_index, layer.step_index, op.pass);
+        const LayerNumbering::Numbers numbers =
+            numbering.Next(node.layer, operator_type_ids[node.op]);
+        op.pass = numbers.pass;
+        op.layer_type_index = numbers.type_index;
+        op.layer_step_index = numbers.step_index;
+        op.label = LayerPassLabel(op.type, numbers.type_index, numbers.step_index, op.pass);
         break;
       }
     }
