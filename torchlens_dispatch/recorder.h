@@ -104,6 +104,8 @@
 
 namespace torchlens {
 
+using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+
 class Recorder : private BufferJournal::Tensors {
  public:
   Recorder(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options);
@@ -157,7 +159,7 @@ class Recorder : private BufferJournal::Tensors {
     bool aliases_buffer = false;  // its storage overlaps a buffer's storage
     // Unsaved mode only: see NOTE [Address reuse in unsaved mode].
     c10::VariableVersion version{c10::VariableVersion::DISABLED};
-    std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> alive;
+    std::optional<WeakImpl> alive;
   };
   // A saved value and the live tensor it was saved from (a detached alias when that one
   // requires grad).
@@ -165,10 +167,11 @@ class Recorder : private BufferJournal::Tensors {
     int32_t slot;
     const c10::TensorImpl* tensor;
   };
-  // A live tensor sharing its storage with a view of it, in a capture without saved
-  // values (NOTE [Writes through views]).
+  // A tensor sharing its storage with a view of it, in a capture without saved values
+  // (NOTE [Writes through views]). Held weakly: views die while their storage lives on,
+  // and a dead one's address must be neither read nor mistaken for a new tensor's.
   struct AliasedTensor {
-    const c10::TensorImpl* tensor;
+    WeakImpl alive;
     int64_t begin_byte, end_byte;
   };
   struct StorageEntry {
@@ -182,6 +185,7 @@ class Recorder : private BufferJournal::Tensors {
     int32_t written_tensor;  // which tensor argument the op wrote; -1: a nested write
     TensorGeometry written;
     int32_t node_before;     // the live tensor's producer before the write, or -1
+    at::Tensor held;         // without saved values: the tensor, alive until the write is recorded
   };
   const OpInfo& Info(const c10::OperatorHandle& op);
   struct PreparedOp {

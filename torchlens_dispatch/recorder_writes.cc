@@ -18,11 +18,14 @@ void Recorder::IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> ba
   std::vector<AliasedTensor>* aliased = nullptr;
   auto index = [&](const at::Tensor& tensor) {
     if (aliased == nullptr) aliased = &storages_[storage].aliased;
-    for (const AliasedTensor& known : *aliased) {
-      if (known.tensor == tensor.unsafeGetTensorImpl()) return;
-    }
     const auto [begin, end] = ByteRange(tensor);
-    aliased->push_back(AliasedTensor{tensor.unsafeGetTensorImpl(), begin, end});
+    for (AliasedTensor& known : *aliased) {
+      if (known.alive._unsafe_get_target() != tensor.unsafeGetTensorImpl()) continue;
+      // The same tensor, or a new one at a dead one's address.
+      if (known.alive.expired()) known = AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end};
+      return;
+    }
+    aliased->push_back(AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end});
   };
   for (const at::Tensor& base : bases) {
     if (base.storage().unsafeGetStorageImpl() == storage) index(base);
@@ -101,14 +104,21 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
     }
     storage.saved.resize(kept);
   }
-  for (const AliasedTensor& aliased : storage.aliased) {
-    // Without saved values: the same notes, with no value to copy.
-    if (!Overlap({aliased.begin_byte, aliased.end_byte}, range)) continue;
-    const TensorEntry* entry = Lookup(aliased.tensor);
-    overwritten_.push_back(OverwrittenValue{SavedValue{-1, aliased.tensor}, at::Tensor(),
-                                            written_tensor, TensorGeometry{},
-                                            entry != nullptr ? entry->node : -1});
+  // Without saved values: the same notes, with no value to copy, for the aliases alive.
+  size_t alive = 0;
+  for (AliasedTensor& aliased : storage.aliased) {
+    c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> held = aliased.alive.lock();
+    if (!held) continue;  // dropped from the index
+    const bool overlaps = Overlap({aliased.begin_byte, aliased.end_byte}, range);
+    storage.aliased[alive++] = std::move(aliased);
+    if (!overlaps) continue;
+    const c10::TensorImpl* impl = held.get();
+    const TensorEntry* entry = Lookup(impl);
+    overwritten_.push_back(OverwrittenValue{SavedValue{-1, impl}, at::Tensor(), written_tensor,
+                                            TensorGeometry{}, entry != nullptr ? entry->node : -1,
+                                            at::Tensor(std::move(held))});
   }
+  storage.aliased.erase(storage.aliased.begin() + alive, storage.aliased.end());
 }
 
 }  // namespace torchlens

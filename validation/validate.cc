@@ -610,7 +610,7 @@ absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace,
         "ValidationOptions::threads is ", options.threads, "; give 1 or more"));
   }
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
-  // NOTE [Validating on several threads]
+  // See NOTE [Validating on several threads].
   const size_t threads = std::min<size_t>(options.threads, std::max<size_t>(trace.ops().size(), 1));
   std::vector<Validator> workers;
   workers.reserve(threads);

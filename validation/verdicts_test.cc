@@ -291,8 +291,8 @@ TEST(VerdictsTest, BufferWritesOfEveryForm) {
 }
 
 TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
-  for (const std::string& name : {"masked_nan", "topk_any", "log_nan", "positive_count",
-                                  "threshold_guard"}) {
+  for (const char* name : {"masked_nan", "topk_any", "log_nan", "positive_count",
+                          "threshold_guard"}) {
     SCOPED_TRACE(name);
     const ValidationReport report = Validate(Capture(name));
     EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
