@@ -1,11 +1,9 @@
 #include "graph/json_export.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "graph/file_io.h"
 
 namespace torchlens {
 namespace {
@@ -95,15 +93,7 @@ std::string TraceToJson(const Trace& trace) {
 }
 
 absl::Status WriteJson(const Trace& trace, const std::string& path) {
-  std::ofstream out(path);
-  if (!out.good()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write JSON to '", path, "': ", std::strerror(errno)));
-  }
-  out << TraceToJson(trace) << "\n";
-  out.close();
-  if (!out.good()) return absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
-  return absl::OkStatus();
+  return WriteFileBytes(path, absl::StrCat(TraceToJson(trace), "\n"), "JSON file");
 }
 
 }  // namespace torchlens

@@ -36,7 +36,7 @@ inline constexpr int kJsonSchemaVersion = 1;
 // Indented JSON text.
 std::string TraceToJson(const Trace& trace);
 
-// Writes TraceToJson(trace) to `path`.
+// Writes TraceToJson(trace) to `path`; errors as WriteFileBytes (file_io.h) gives them.
 absl::Status WriteJson(const Trace& trace, const std::string& path);
 
 }  // namespace torchlens

@@ -8,10 +8,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <utility>
 
@@ -19,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "graph/archive_check.h"
+#include "graph/file_io.h"
 
 namespace torchlens {
 namespace {
@@ -320,24 +318,14 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
     return absl::InternalError(
         absl::StrCat("cannot serialize the trace: ", what.substr(0, what.find('\n'))));
   }
-  std::ofstream out(path, std::ios::binary);
-  if (!out.good()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write trace file '", path, "': ", std::strerror(errno)));
-  }
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out.good()) return absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
-  return absl::OkStatus();
+  return WriteFileBytes(path, absl::string_view(bytes.data(), bytes.size()), "trace file");
 }
 
 absl::StatusOr<Trace> LoadTrace(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open trace file '", path, "': ", std::strerror(errno)));
-  }
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<std::string> read = ReadFileBytes(
+      path, {"trace file", "a trace file written by torchlens (SaveTrace or --save)"});
+  if (!read.ok()) return read.status();
+  const std::vector<char> bytes(read->begin(), read->end());
   absl::StatusOr<Trace> trace = ParseTraceFile(bytes);
   if (!trace.ok()) {
     return absl::Status(trace.status().code(),

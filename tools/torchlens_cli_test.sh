@@ -2,7 +2,7 @@
 # End-to-end checks of the torchlens command-line tool: the bundled trace, the user's
 # model and inputs, and one-line errors with exit code 2 for every kind of bad input.
 set -uo pipefail
-TOOL=tools/torchlens
+TOOL=$PWD/tools/torchlens
 failures=0
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -58,6 +58,41 @@ echo "not a model" >"$TEST_TMPDIR/text.pt"
 expect_error "text model" "not a complete TorchScript archive" --model "$TEST_TMPDIR/text.pt" --input_shape 1
 expect_error "no inputs for user model" "input_shape" --model testdata/demo.pt
 expect_error "bad input file" "torch.save" --input testdata/demo.pt
+
+# Empty and repeated flag values are errors, never the default or the last value.
+expect_error "empty --model" "--model is empty" --model=
+expect_error "empty --save" "--save is empty" --save ""
+expect_error "empty --json" "--json is empty" --json=
+expect_error "empty --render" "--render is empty" --render ""
+expect_error "repeated --model" "--model is given twice" --model testdata/demo.pt --model=testdata/mlp.pt
+expect_error "render extension" "must end in .svg, .png or .pdf" --render "$TEST_TMPDIR/graph.txt"
+
+# Without --model: the model in the binary's runfiles, not a testdata/demo.pt that happens
+# to lie in the current directory.
+mkdir -p "$TEST_TMPDIR/elsewhere/testdata"
+echo "not a model" >"$TEST_TMPDIR/elsewhere/testdata/demo.pt"
+(cd "$TEST_TMPDIR/elsewhere" && "$TOOL" >"$TEST_TMPDIR/bundled.txt" 2>"$TEST_TMPDIR/err") ||
+  fail "bundled model from another directory: $(cat "$TEST_TMPDIR/err")"
+grep -qF "conv2d_1_2:1" "$TEST_TMPDIR/bundled.txt" || fail "bundled run from another directory lacks conv2d_1_2:1"
+grep -qF "elsewhere" "$TEST_TMPDIR/bundled.txt" && fail "bundled run traced the current directory's testdata/demo.pt"
+
+# Output that cannot be written: one error line, exit code 2, and every other output written.
+# Graphviz used to end the process on a failed write (gvwrite_no_z problem 7, exit 1).
+for format in svg png pdf; do
+  ln -sf /dev/full "$TEST_TMPDIR/full.$format"
+  rm -f "$TEST_TMPDIR/beside.json"
+  expect_error "render $format to a full disk" "No space left on device" \
+    --render "$TEST_TMPDIR/full.$format" --json "$TEST_TMPDIR/beside.json"
+  grep -q '"ops"' "$TEST_TMPDIR/beside.json" 2>/dev/null || fail "render $format to a full disk: --json not written"
+  grep -qF "conv2d_1_2:1" "$TEST_TMPDIR/out" || fail "render $format to a full disk: no summary"
+done
+"$TOOL" >/dev/full 2>"$TEST_TMPDIR/err"
+[[ $? -eq 2 ]] || fail "summary to a full stdout: exit code is not 2"
+[[ $(wc -l <"$TEST_TMPDIR/err") -eq 1 ]] && grep -q "^torchlens: error: cannot write the summary to standard output: No space left on device" "$TEST_TMPDIR/err" ||
+  fail "summary to a full stdout: $(cat "$TEST_TMPDIR/err")"
+expect_error "summary file on a full disk" "--summary file.*No space left" --summary /dev/full
+expect_error "json on a full disk" "JSON file.*No space left" --json /dev/full
+expect_error "trace file on a full disk" "trace file.*No space left" --save /dev/full
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
