@@ -30,17 +30,13 @@ inline constexpr int kTraceFileVersion = 1;
 
 absl::Status SaveTrace(const Trace& trace, const std::string& path);
 
-// kNotFound: no such file. kInvalidArgument: not a trace file, truncated or corrupt.
-// kFailedPrecondition: a trace file of another version.
+// kNotFound: no such file. kInvalidArgument: not a trace file, truncated or corrupt (the
+// bytes are checked and read by torch_load.h, never by LibTorch's unpickler), or not a
+// file (graph/file_io.h). kFailedPrecondition: a trace file of another version.
 absl::StatusOr<Trace> LoadTrace(const std::string& path);
 
 // The same, from the bytes of a file (for tests and fuzzing).
 absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes);
-
-// The value in bytes written by `torch.save` / `torch::pickle_save`: `torch::pickle_load`
-// with reads bounded by the buffer (LibTorch 1.13's own reader trusts the archive's
-// offsets and reads past the end of a truncated one). kInvalidArgument for anything else.
-absl::StatusOr<c10::IValue> LoadPickled(const std::vector<char>& bytes);
 
 }  // namespace torchlens
 

@@ -53,9 +53,9 @@ expect_error "missing model" "does not exist" --model "$TEST_TMPDIR/nope.pt" --i
 : >"$TEST_TMPDIR/empty.pt"
 expect_error "empty model" "is empty" --model "$TEST_TMPDIR/empty.pt" --input_shape 1
 head -c 4000 testdata/demo.pt >"$TEST_TMPDIR/truncated.pt"
-expect_error "truncated model" "not a complete TorchScript archive" --model "$TEST_TMPDIR/truncated.pt" --input_shape 1
+expect_error "truncated model" "is not a valid TorchScript archive" --model "$TEST_TMPDIR/truncated.pt" --input_shape 1
 echo "not a model" >"$TEST_TMPDIR/text.pt"
-expect_error "text model" "not a complete TorchScript archive" --model "$TEST_TMPDIR/text.pt" --input_shape 1
+expect_error "text model" "is not a valid TorchScript archive" --model "$TEST_TMPDIR/text.pt" --input_shape 1
 expect_error "no inputs for user model" "input_shape" --model testdata/demo.pt
 expect_error "bad input file" "torch.save" --input testdata/demo.pt
 

@@ -26,6 +26,7 @@
 #include "graph/json_export.h"
 #include "graph/render.h"
 #include "graph/summary.h"
+#include "graph/torch_load.h"
 #include "graph/trace_file.h"
 #include "tools/cli_flags.h"
 #include "torchlens_dispatch/capture.h"
@@ -65,34 +66,6 @@ absl::StatusOr<std::string> BundledModelPath() {
   return absl::NotFoundError(absl::StrCat(
       "the bundled demo model is not in this binary's runfiles (looked for ",
       absl::StrJoin(candidates, ", "), "); give a model with --model FILE"));
-}
-
-absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
-  absl::StatusOr<std::string> read = ReadFileBytes(
-      path, {"input file", "tensors saved with torch.save (a tensor or a list/tuple of them)"});
-  if (!read.ok()) return read.status();
-  const std::vector<char> bytes(read->begin(), read->end());
-  absl::StatusOr<c10::IValue> loaded = LoadPickled(bytes);
-  if (!loaded.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("input file '", path,
-                                                   "' is not a tensor saved with torch.save (",
-                                                   loaded.status().message(), ")"));
-  }
-  const c10::IValue value = *std::move(loaded);
-  std::vector<c10::IValue> inputs;
-  if (value.isTensor()) {
-    inputs.push_back(value);
-  } else if (value.isList() || value.isTuple()) {
-    for (const c10::IValue& element :
-         value.isList() ? value.toListRef() : value.toTupleRef().elements()) {
-      inputs.push_back(element);
-    }
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input file '", path, "' holds a ", value.tagKind(),
-                     "; expected a tensor or a list/tuple of tensors saved with torch.save"));
-  }
-  return inputs;
 }
 
 std::string Values(const at::Tensor& t) {

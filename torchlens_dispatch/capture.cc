@@ -6,16 +6,19 @@
 #include <torch/nn/module.h>
 #include <torch/script.h>
 
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/build_trace.h"
 #include "torchlens_dispatch/capture_key.h"
 #include "torchlens_dispatch/fallback.h"
 #include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/recorder.h"
+#include "torchlens_dispatch/script_errors.h"
 #include "torchlens_dispatch/script_runner.h"
 
 namespace torchlens {
@@ -90,12 +93,15 @@ absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IV
   c10::IValue outputs;
   try {
     outputs = RunUnoptimized(model, std::move(inputs));  // NOTE [Stable plans]
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the model's forward failed on these inputs: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the model's forward failed on these inputs: ", e.what()));
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const ScriptError error =
+        ParseInterpreterError(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    const bool out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+                               absl::StrContains(error.cause, "can't allocate memory");
+    return absl::Status(
+        out_of_memory ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInvalidArgument,
+        absl::StrCat("the model's forward failed on these inputs: ", error.OneLine()));
   }
   return guard.Finish(outputs);
 }

@@ -87,8 +87,9 @@ class CaptureGuard {
 };
 
 // Runs model.forward(inputs) under a CaptureGuard, through a private unoptimized plan
-// (NOTE [Stable plans]). A forward that throws (inputs of the wrong shape, dtype or count)
-// returns kInvalidArgument with the model's message.
+// (NOTE [Stable plans]). A forward that throws (inputs of the wrong shape, dtype or count,
+// the model's own `raise` or `assert`) returns kInvalidArgument with the innermost cause
+// and the model's source line (script_errors.h); running out of memory, kResourceExhausted.
 absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
                                   CaptureOptions options = {});
 

@@ -43,7 +43,7 @@ TEST(BadModelFileTest, EachProblemHasItsCodeAndNamesTheFile) {
   absl::StatusOr<torch::jit::Module> truncated = LoadTorchScript(Temp("truncated.pt"));
   EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(truncated.status().message()),
-              HasSubstr("is not a complete TorchScript archive"));
+              HasSubstr("is not a valid TorchScript archive"));
 
   std::ofstream(Temp("text.pt")) << "def forward(x): return x\n";
   absl::StatusOr<torch::jit::Module> text = LoadTorchScript(Temp("text.pt"));
