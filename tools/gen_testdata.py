@@ -392,6 +392,47 @@ class Demo(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------
+# Issue 17: hostile inputs and faults.
+
+class ChecksInput(nn.Module):
+    """Asserts and raises on its input: a failing forward names the cause and the line."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        assert x.dim() == 2, "expected a 2-D input"
+        if bool(x.sum() > 100):
+            raise ValueError("the input sums to more than 100")
+        return self.fc(x)
+
+
+def _double(x):
+    return x * 2
+
+
+def _double_on_another_thread(x):
+    return torch.jit.wait(torch.jit.fork(_double, x))
+
+
+class Forks(nn.Module):
+    """torch.jit.fork / wait: the mul runs on one of the interpreter's other threads."""
+
+    def forward(self, x):
+        future = torch.jit.fork(_double, x)
+        y = torch.relu(x)
+        return torch.jit.wait(future) + y
+
+
+class ForksInHelper(nn.Module):
+    """The fork hides in a free function the forward calls."""
+
+    def forward(self, x):
+        return _double_on_another_thread(x) + 1
+
+
+# ---------------------------------------------------------------------------------------
 
 def randomize_running_stats(module):
     """Non-trivial running statistics, so that eval-mode models use them visibly."""
@@ -441,6 +482,9 @@ def models():
         "stochastic_depth_train": (StochasticDepth, [rand(6, 3)], True),
         "modulelist_train": (ModuleListLoop, [rand(2, 2, 3, 3)], True),
         "pad_through_view": (PadThroughView, [rand(2, 3)], False),
+        "checks_input": (ChecksInput, [rand(2, 3)], False),
+        "forks": (Forks, [rand(2, 3)], False),
+        "forks_in_helper": (ForksInHelper, [rand(2, 3)], False),
     }
 
 

@@ -94,6 +94,62 @@ expect_error "summary file on a full disk" "--summary file.*No space left" --sum
 expect_error "json on a full disk" "JSON file.*No space left" --json /dev/full
 expect_error "trace file on a full disk" "trace file.*No space left" --save /dev/full
 
+# Hostile and unusual files (issue 17; tools/fuzz/make_corpus.py wrote them).
+INPUTS=tools/fuzz/corpus/input_file
+MODELS=tools/fuzz/corpus/model_archive
+for name in size_16mb size_4gb offset stride small_overrun truncated_record; do
+  expect_error "input $name" "input file '$INPUTS/$name.pt': .*the saved tensor" \
+    --model testdata/checks_input.pt --input "$INPUTS/$name.pt"
+done
+for op in tuple2 tuple3 reduce build newobj; do
+  expect_error "model underflow_$op" "takes values the stack does not hold" \
+    --model "$MODELS/underflow_$op.pt" --input_shape 1,2
+done
+expect_error "model parameter oversize" "tensor 'fc.weight' .* reaches element 7" \
+  --model "$MODELS/parameter_oversize.pt" --input_shape 1,2
+expect_error "model record cut short" "storage data/0 of tensor 'fc.weight' claims 4 Float" \
+  --model "$MODELS/record_cut_short.pt" --input_shape 1,2
+expect_error "class constant without type" "gives '__btffers__' a value without a type" \
+  --model "$MODELS/class_constant_without_type.pt" --input_shape 1,2
+expect_error "torchvision op" "torchvision::nms.*load the library that registers torchvision::" \
+  --model "$MODELS/unknown_op_torchvision.pt" --input_shape 1,2
+expect_error "newer aten op" "this LibTorch (1.13) has no aten::relu_of_a_newer_pytorch" \
+  --model "$MODELS/unknown_op_aten.pt" --input_shape 1,2
+
+# Files Python writes, once called corrupt: every pickle protocol, [t], a Parameter.
+for name in protocol1 protocol2 protocol4 protocol5 list_of_one parameter; do
+  "$TOOL" --model testdata/checks_input.pt --input "$INPUTS/$name.pt" >"$TEST_TMPDIR/out" 2>"$TEST_TMPDIR/err" ||
+    fail "input $name: $(cat "$TEST_TMPDIR/err")"
+  grep -qF "linear_1_4:1  linear  [2, 2]" "$TEST_TMPDIR/out" || fail "input $name: no linear op in the summary"
+done
+# [[t, t[0]], [t.t()]] is two list arguments: the model's own error, not "corrupt".
+expect_error "list of lists" "forward failed.*Expected at most 2 argument" \
+  --model testdata/checks_input.pt --input "$INPUTS/list_of_lists.pt"
+
+# Not regular files: process substitution and FIFOs are read; devices and directories
+# are refused by name, never read (/dev/zero was read until memory ran out).
+"$TOOL" --model <(cat testdata/checks_input.pt) --input <(cat "$INPUTS/protocol4.pt") \
+  >"$TEST_TMPDIR/out" 2>"$TEST_TMPDIR/err" || fail "process substitution: $(cat "$TEST_TMPDIR/err")"
+mkfifo "$TEST_TMPDIR/model.fifo"
+cat testdata/checks_input.pt >"$TEST_TMPDIR/model.fifo" &
+"$TOOL" --model "$TEST_TMPDIR/model.fifo" --input_shape 2,3 >"$TEST_TMPDIR/out" 2>"$TEST_TMPDIR/err" ||
+  fail "FIFO with a writer: $(cat "$TEST_TMPDIR/err")"
+wait
+expect_error "model /dev/zero" "model file '/dev/zero' is a character device" --model /dev/zero --input_shape 1
+expect_error "input /dev/zero" "input file '/dev/zero' is a character device" --input /dev/zero
+expect_error "input directory" "input file '$TEST_TMPDIR' is a directory" --input "$TEST_TMPDIR"
+
+# Forward failures: the cause and the model's source line, not "The following operation
+# failed in the TorchScript interpreter."
+expect_error "model's assert" "AssertionError: expected a 2-D input (at .*gen_testdata.py:[0-9]*: assert x.dim() == 2" \
+  --model testdata/checks_input.pt --input_shape 3
+expect_error "wrong feature count" "mat1 and mat2 shapes cannot be multiplied (2x5 and 3x2) (at .*linear.py" \
+  --model testdata/checks_input.pt --input_shape 2,5
+
+# torch.jit.fork: refused, never a partial trace.
+expect_error "fork" "runs work on other threads (Forks.forward forks at code/__torch__.py" \
+  --model testdata/forks.pt --input_shape 2,3
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1

@@ -46,8 +46,17 @@ struct CaptureGuard::State {
 
 CaptureGuard::CaptureGuard(torch::jit::Module& model, CaptureOptions options) {
   if (Recorder::Current() == nullptr) {
+    std::shared_ptr<const ModelLayout> layout = LayoutOf(model);
+    if (!layout->forked_work.empty()) {  // NOTE [Forked work]
+      refusal_ = absl::UnimplementedError(absl::StrCat(
+          "this model runs work on other threads (", layout->forked_work,
+          "): torchlens captures the thread that runs the forward, so the forked ops would be "
+          "missing from the trace. Capture a version of the model that calls the function "
+          "instead of forking it"));
+      return;
+    }
     CaptureFallbackRegistered();
-    state_ = std::make_unique<State>(LayoutOf(model), model.is_training(), options);
+    state_ = std::make_unique<State>(std::move(layout), model.is_training(), options);
   }
 }
 
@@ -67,6 +76,7 @@ void CaptureGuard::MarkInputs(const c10::IValue& inputs) {
 }
 
 absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
+  if (!refusal_.ok()) return refusal_;
   if (state_ == nullptr) {
     return absl::FailedPreconditionError(
         "this CaptureGuard is inert: another CaptureGuard was already capturing on this "

@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "graph/archive_check.h"
 #include "graph/file_io.h"
+#include "torchlens_dispatch/script_code_check.h"
 #include "torchlens_dispatch/script_errors.h"
 
 namespace torchlens {
@@ -56,10 +57,24 @@ std::string MissingOperatorHint(absl::string_view cause) {
 absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view bytes,
                                                             absl::string_view name) {
   // NOTE [Untrusted archives]
-  if (absl::StatusOr<CheckedArchive> checked = CheckTorchArchive(bytes, ArchiveKind::kTorchScript);
-      !checked.ok()) {
+  absl::StatusOr<CheckedArchive> checked = CheckTorchArchive(bytes, ArchiveKind::kTorchScript);
+  if (!checked.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, " is ", checked.status().message(), "; expected ", kExpected));
+  }
+  // NOTE [Code LibTorch 1.13 crashes on]
+  for (const ZipArchive::Entry& entry : checked->zip.entries()) {
+    absl::string_view record = entry.name;
+    if (!absl::ConsumePrefix(&record, checked->zip.prefix()) ||
+        !absl::StartsWith(record, "code/") || !absl::EndsWith(record, ".py")) {
+      continue;
+    }
+    absl::StatusOr<std::string> code = checked->zip.Read(entry);
+    absl::Status s = code.ok() ? CheckScriptCode(*code, std::string(record)) : code.status();
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has code LibTorch cannot load: ", s.message()));
+    }
   }
   try {
     return torch::jit::load(std::make_shared<BytesReader>(bytes));

@@ -1,0 +1,84 @@
+#include "torchlens_dispatch/script_code_check.h"
+
+#include <torch/csrc/jit/frontend/lexer.h>
+#include <torch/csrc/jit/frontend/parser.h>
+#include <torch/csrc/jit/frontend/source_range.h>
+#include <torch/csrc/jit/frontend/tree_views.h>
+
+#include <memory>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "torchlens_dispatch/script_errors.h"
+
+namespace torchlens {
+namespace {
+
+// Class-body names the importer reads itself rather than as constants.
+bool ImporterMetadata(const std::string& name) {
+  return name == "__parameters__" || name == "__buffers__" || name == "__annotations__";
+}
+
+// See NOTE [Code LibTorch 1.13 crashes on].
+absl::Status CheckClass(const torch::jit::ClassDef& class_def) {
+  for (const torch::jit::Stmt& statement : class_def.body()) {
+    if (statement.kind() != torch::jit::TK_ASSIGN) continue;
+    const torch::jit::Assign assign(statement);
+    if (assign.lhs_list().size() != 1 || assign.lhs().kind() != torch::jit::TK_VAR) continue;
+    const std::string name = torch::jit::Var(assign.lhs()).name().name();
+    if (ImporterMetadata(name) || !assign.rhs().present() || assign.type().present()) continue;
+    std::string where;
+    if (auto place = assign.range().file_line_col()) {
+      where = absl::StrCat(" at ", std::get<0>(*place), ":", std::get<1>(*place));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "class ", class_def.name().name(), where, " gives '", name,
+        "' a value without a type, which LibTorch 1.13 cannot load safely (TorchScript "
+        "writes class constants as '", name, " : Final[T] = value')"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckScriptCode(absl::string_view code, const std::string& filename) {
+  try {
+    torch::jit::Parser parser(std::make_shared<torch::jit::Source>(
+        std::string(code), filename, /*starting_line_no=*/1));
+    torch::jit::Lexer& lexer = parser.lexer();
+    // As LibTorch's importer reads a code record: an optional version line, imports,
+    // then classes and functions. Anything else is left to it to report.
+    if (lexer.cur().kind == torch::jit::TK_IDENT && lexer.cur().text() == "op_version_set") {
+      lexer.next();
+      lexer.expect('=');
+      lexer.expect(torch::jit::TK_NUMBER);
+      lexer.expect(torch::jit::TK_NEWLINE);
+    }
+    while (lexer.cur().kind != torch::jit::TK_EOF) {
+      while (lexer.nextIf(torch::jit::TK_IMPORT)) {
+        while (lexer.cur().kind != torch::jit::TK_NEWLINE) {
+          if (lexer.cur().kind == torch::jit::TK_EOF) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(filename, " ends inside an import line"));
+          }
+          lexer.next();
+        }
+        lexer.expect(torch::jit::TK_NEWLINE);
+      }
+      if (lexer.cur().kind == torch::jit::TK_CLASS_DEF) {
+        if (absl::Status s = CheckClass(torch::jit::ClassDef(parser.parseClass())); !s.ok()) {
+          return s;
+        }
+      } else if (lexer.cur().kind == torch::jit::TK_DEF) {
+        parser.parseFunction(/*is_method=*/false);
+      } else {
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(ParseCompileError(e.what()).OneLine());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace torchlens
