@@ -195,6 +195,108 @@ absl::Status CheckTensors(const PickleValues& values, const std::vector<std::str
   return absl::OkStatus();
 }
 
+// NOTE [Debug information]
+// The debug information of a TorchScript archive (`code/**.debug_pkl`) maps byte offsets
+// of the serialized code to ranges of the original Python source. LibTorch unpickles it
+// lazily, while it formats an error message inside the noexcept `ErrorReport::what()`,
+// and indexes it without checks: a throw there ends the process (fuzzing found one), a
+// bad index reads out of bounds. The check accepts exactly the form LibTorch 1.13 writes:
+//   ("FORMAT_WITH_STRING_TABLE", (text, ...), ((offset, range, handle), ...)), with
+//   range = (((text index, ...) as build_intlist, filename index, line), start, end),
+// or, without a string table, a tuple of (offset, range[, handle]) with
+//   range = ((text, filename or None, line), start, end);
+// every index inside the table, no negative range, and no other global than build_intlist,
+// in LibTorch's pickle dialect.
+class DebugInfoCheck {
+ public:
+  explicit DebugInfoCheck(const PickleValues& values) : values_(values) {}
+
+  absl::Status Run() {
+    for (const PickleNode& node : values_.nodes) {
+      if ((node.kind == Kind::kGlobal && node.text != "torch.jit._pickle.build_intlist") ||
+          node.kind == Kind::kObject || node.kind == Kind::kTensor ||
+          node.kind == Kind::kStorage || node.kind == Kind::kDevice) {
+        return Bad("values other than tuples, lists of ints, strings and ints");
+      }
+    }
+    const PickleNode* root = Tuple(values_.root);
+    if (root == nullptr) return Bad("it is not a tuple");
+    const PickleNode* lines = root;
+    if (!root->items.empty() && At(root->items[0]).kind == Kind::kString &&
+        At(root->items[0]).text == "FORMAT_WITH_STRING_TABLE") {
+      const PickleNode* table = root->items.size() == 3 ? Tuple(root->items[1]) : nullptr;
+      lines = root->items.size() == 3 ? Tuple(root->items[2]) : nullptr;
+      if (table == nullptr || lines == nullptr) return Bad("a malformed string table");
+      for (uint32_t text : table->items) {
+        if (At(text).kind != Kind::kString) return Bad("a string table holding a non-string");
+      }
+      table_size_ = table->items.size();
+      with_table_ = true;
+    }
+    for (uint32_t id : lines->items) {
+      const PickleNode* line = Tuple(id);
+      if (line == nullptr || line->items.size() < 2 || line->items.size() > 3 ||
+          At(line->items[0]).kind != Kind::kInt ||
+          (line->items.size() == 3 && At(line->items[2]).kind != Kind::kInt)) {
+        return Bad("a malformed line record");
+      }
+      if (absl::Status s = Range(line->items[1]); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status Bad(absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("debug information LibTorch cannot read safely: ", why));
+  }
+  const PickleNode& At(uint32_t id) const { return values_.nodes[id]; }
+  const PickleNode* Tuple(uint32_t id, size_t size = 0) const {
+    const PickleNode& node = At(id);
+    if (node.kind != Kind::kTuple || (size != 0 && node.items.size() != size)) return nullptr;
+    return &node;
+  }
+  bool Int(uint32_t id) const { return At(id).kind == Kind::kInt; }
+
+  absl::Status Range(uint32_t id) {
+    const PickleNode* range = Tuple(id, 3);
+    const PickleNode* source = range == nullptr ? nullptr : Tuple(range->items[0], 3);
+    if (source == nullptr || !Int(range->items[1]) || !Int(range->items[2]) ||
+        !Int(source->items[2])) {
+      return Bad("a malformed source range");
+    }
+    if (with_table_) {
+      const PickleNode& pieces = At(source->items[0]);
+      if (pieces.kind != Kind::kList || pieces.type_tag != "List[int]" ||
+          !Int(source->items[1]) || !InTable(At(source->items[1]).int_value)) {
+        return Bad("a malformed source");
+      }
+      for (uint32_t piece : pieces.items) {
+        if (!Int(piece) || !InTable(At(piece).int_value)) return Bad("a text index out of range");
+      }
+    } else {
+      const PickleNode& text = At(source->items[0]);
+      const Kind filename = At(source->items[1]).kind;
+      if (text.kind != Kind::kString || (filename != Kind::kString && filename != Kind::kNone)) {
+        return Bad("a malformed source");
+      }
+    }
+    // Ranges may reach past their text (LibTorch writes [0, 1) over an empty source, and
+    // clamps ranges where it prints them), but they are never negative.
+    if (At(range->items[1]).int_value < 0 || At(range->items[2]).int_value < 0) {
+      return Bad("a negative source range");
+    }
+    return absl::OkStatus();
+  }
+  bool InTable(int64_t index) const {
+    return index >= 0 && static_cast<uint64_t>(index) < table_size_;
+  }
+
+  const PickleValues& values_;
+  bool with_table_ = false;
+  size_t table_size_ = 0;
+};
+
 struct RunPickleRecord {
   PickleValues values;
   std::vector<std::string> tensor_names;
@@ -205,11 +307,11 @@ struct RunPickleRecord {
 absl::StatusOr<RunPickleRecord> CheckPickleRecord(const ZipArchive& zip,
                                                   const ZipArchive::Entry& entry,
                                                   absl::string_view record_directory,
-                                                  bool allow_objects) {
+                                                  const PickleOptions& options) {
   const std::string where = absl::CHexEscape(entry.name);
   absl::StatusOr<std::string> program = zip.Read(entry);
   if (!program.ok()) return program.status();
-  absl::StatusOr<PickleValues> values = RunPickle(*program, PickleOptions{allow_objects});
+  absl::StatusOr<PickleValues> values = RunPickle(*program, options);
   if (!values.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", values.status().message()));
   }
@@ -243,7 +345,9 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
   if (data == nullptr) {
     return Invalid(kind, absl::StrCat("no record ", absl::CHexEscape(zip->prefix()), "data.pkl"));
   }
-  absl::StatusOr<RunPickleRecord> run = CheckPickleRecord(*zip, *data, "data/", script);
+  // TorchScript archives hold module objects, and LibTorch's unpickler reads them.
+  const PickleOptions options{/*allow_objects=*/script, /*libtorch_dialect=*/script};
+  absl::StatusOr<RunPickleRecord> run = CheckPickleRecord(*zip, *data, "data/", options);
   if (!run.ok()) return Invalid(kind, run.status().message());
   if (script) {
     // The other pickles torch::jit::load runs: the tensor constants of the code, and the
@@ -258,10 +362,12 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
         continue;
       }
       absl::StatusOr<RunPickleRecord> other =
-          CheckPickleRecord(*zip, entry, constants ? "constants/" : "", /*allow_objects=*/true);
+          CheckPickleRecord(*zip, entry, constants ? "constants/" : "", options);
       if (!other.ok()) return Invalid(kind, other.status().message());
-      if (!constants && !other->values.storages.empty()) {
-        return Invalid(kind, absl::StrCat(absl::CHexEscape(entry.name), ": tensors in debug information"));
+      if (!constants) {  // NOTE [Debug information]
+        if (absl::Status s = DebugInfoCheck(other->values).Run(); !s.ok()) {
+          return Invalid(kind, absl::StrCat(absl::CHexEscape(entry.name), ": ", s.message()));
+        }
       }
     }
     if (!has_code) {

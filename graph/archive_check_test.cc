@@ -223,10 +223,10 @@ TEST(ArchiveCheckTest, ConstantsAndDebugInformationAreCheckedToo) {
                 {"m/code/__torch__.py", "x"},
                 {"m/code/__torch__.py.debug_pkl", Program(debug)}});
   };
-  EXPECT_TRUE(CheckTorchArchive(script("(" + Tensor("0", 2, 0, {2}, {1}) + "t", "N"),
+  EXPECT_TRUE(CheckTorchArchive(script("(" + Tensor("0", 2, 0, {2}, {1}) + "t", ")"),
                                 ArchiveKind::kTorchScript)
                   .ok());
-  EXPECT_THAT(Message(script("(" + Tensor("0", 2, 0, {3}, {1}) + "t", "N"),
+  EXPECT_THAT(Message(script("(" + Tensor("0", 2, 0, {3}, {1}) + "t", ")"),
                       ArchiveKind::kTorchScript),
               HasSubstr("m/constants.pkl: tensor '[0]'"));
   EXPECT_THAT(Message(script(")", "K\x01\x86"), ArchiveKind::kTorchScript),
@@ -234,6 +234,39 @@ TEST(ArchiveCheckTest, ConstantsAndDebugInformationAreCheckedToo) {
   // A torch.save file given as a model: no code.
   EXPECT_THAT(Message(SavedTensor(Tensor("0", 6, 0, {6}, {1}), 6), ArchiveKind::kTorchScript),
               HasSubstr("it holds no code"));
+}
+
+// NOTE [Debug information]: LibTorch reads it inside a noexcept function, unchecked.
+TEST(ArchiveCheckTest, DebugInformationMustHaveLibTorchsForm) {
+  auto script = [](const std::string& debug) {
+    return Zip({{"m/data.pkl", Program("N")},
+                {"m/code/__torch__.py", "x"},
+                {"m/code/__torch__.py.debug_pkl", Program(debug)}});
+  };
+  const std::string table = "(" + Str("") + Str("def f(x):\n") + Str("f.py") + "t";
+  auto range = [](const std::string& pieces, int64_t file) {
+    return "ctorch.jit._pickle\nbuild_intlist\n(](" + pieces + "etR" + Int(file) + Int(1) +
+           "\x87" + Int(0) + Int(3) + "\x87";
+  };
+  auto lines = [](const std::string& one_range) { return "((" + Int(10) + one_range + Int(0) + "ttt"; };
+  // ("FORMAT_WITH_STRING_TABLE", table, ((10, range, 0),)): as LibTorch writes it.
+  const std::string good =
+      "(" + Str("FORMAT_WITH_STRING_TABLE") + table + lines(range(Int(1), 2));
+  ASSERT_TRUE(CheckTorchArchive(script(good), ArchiveKind::kTorchScript).ok());
+  EXPECT_THAT(Message(script("(" + Str("FORMAT_WITH_STRING_TABLE") + table +
+                             lines(range(Int(7), 2))),
+                      ArchiveKind::kTorchScript),
+              HasSubstr("m/code/__torch__.py.debug_pkl: debug information LibTorch cannot read "
+                        "safely: a text index out of range"));
+  EXPECT_THAT(Message(script("(" + Str("FORMAT_WITH_STRING_TABLE") + table +
+                             lines(range(Int(1), 9))),
+                      ArchiveKind::kTorchScript),
+              HasSubstr("a malformed source"));
+  // A global LibTorch does not know (it throws), and an opcode it does not read.
+  EXPECT_THAT(Message(script("ctorch.jit._pickle\nbpsld_intlist\n)R"), ArchiveKind::kTorchScript),
+              HasSubstr("values other than tuples, lists of ints, strings and ints"));
+  EXPECT_THAT(Message(script("]K\x01" "a"), ArchiveKind::kTorchScript),
+              HasSubstr("an opcode LibTorch 1.13's unpickler does not read"));
 }
 
 // LibTorch walks loaded values recursively: a list holding itself, or a chain of lists

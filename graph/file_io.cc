@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -46,21 +48,6 @@ absl::Status ReadError(FileRole role, const std::string& path) {
   return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", Named(role, path)));
 }
 
-absl::StatusOr<std::string> ReadRegular(int fd, uint64_t size, FileRole role,
-                                        const std::string& path) {
-  std::string bytes(size, '\0');
-  uint64_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::read(fd, bytes.data() + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ReadError(role, path);
-    if (n == 0) break;  // the file shrank while we read it: keep what it holds now
-    done += static_cast<uint64_t>(n);
-  }
-  bytes.resize(done);
-  return bytes;
-}
-
 // See NOTE [Files that are not regular files].
 absl::StatusOr<std::string> ReadStream(int fd, FileRole role, const std::string& path,
                                        const ReadLimits& limits) {
@@ -95,8 +82,32 @@ absl::StatusOr<std::string> ReadStream(int fd, FileRole role, const std::string&
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFileBytes(const std::string& path, FileRole role,
-                                          const ReadLimits& limits) {
+FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
+  if (this != &other) {
+    if (mapping_ != nullptr) ::munmap(mapping_, length_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    length_ = std::exchange(other.length_, 0);
+    held_ = std::move(other.held_);
+  }
+  return *this;
+}
+
+FileBytes::~FileBytes() {
+  if (mapping_ != nullptr) ::munmap(mapping_, length_);
+}
+
+// See FileBytes: pages read in at once (MAP_POPULATE), private, read-only.
+absl::StatusOr<FileBytes> FileBytes::Map(int fd, uint64_t size) {
+  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  if (mapping == MAP_FAILED) return absl::ErrnoToStatus(errno, "cannot map the file");
+  FileBytes bytes;
+  bytes.mapping_ = mapping;
+  bytes.length_ = size;
+  return bytes;
+}
+
+absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, FileRole role,
+                                        const ReadLimits& limits) {
   // Look before opening: opening a device can have effects, opening a FIFO blocks.
   struct stat info;
   if (::stat(path.c_str(), &info) != 0) {
@@ -121,23 +132,32 @@ absl::StatusOr<std::string> ReadFileBytes(const std::string& path, FileRole role
     return ReadError(role, path);
   }
   if (::fstat(fd.get(), &info) != 0) return ReadError(role, path);
-  absl::StatusOr<std::string> bytes;
-  if (S_ISREG(info.st_mode)) {
-    bytes = ReadRegular(fd.get(), static_cast<uint64_t>(info.st_size), role, path);
-  } else if (S_ISFIFO(info.st_mode)) {
-    bytes = ReadStream(fd.get(), role, path, limits);
-  } else {  // replaced between stat and open
+  const bool regular = S_ISREG(info.st_mode);
+  if (!regular && !S_ISFIFO(info.st_mode)) {  // replaced between stat and open
     return absl::InvalidArgumentError(absl::StrCat(Named(role, path), " is ",
                                                    KindOf(info.st_mode), "; expected ",
                                                    role.expected));
   }
-  if (bytes.ok() && bytes->empty()) {
+  if (regular && info.st_size == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Named(role, path),
-                     S_ISREG(info.st_mode) ? " is empty (0 bytes)" : " delivered no bytes",
-                     "; expected ", role.expected));
+        absl::StrCat(Named(role, path), " is empty (0 bytes); expected ", role.expected));
   }
-  return bytes;
+  if (regular) {
+    absl::StatusOr<FileBytes> mapped = FileBytes::Map(fd.get(), static_cast<uint64_t>(info.st_size));
+    if (!mapped.ok()) {
+      return absl::Status(mapped.status().code(),
+                          absl::StrCat("cannot read ", Named(role, path), ": ",
+                                       mapped.status().message()));
+    }
+    return mapped;
+  }
+  absl::StatusOr<std::string> streamed = ReadStream(fd.get(), role, path, limits);
+  if (!streamed.ok()) return streamed.status();
+  if (streamed->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Named(role, path), " delivered no bytes; expected ", role.expected));
+  }
+  return FileBytes(*std::move(streamed));
 }
 
 absl::Status WriteFileBytes(const std::string& path, absl::string_view bytes,

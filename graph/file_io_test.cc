@@ -33,24 +33,24 @@ void Write(const std::string& path, const std::string& bytes) {
 TEST(ReadFileBytesTest, RegularFile) {
   const std::string bytes("PK\0\1binary", 10);
   Write(Temp("model.pt"), bytes);
-  absl::StatusOr<std::string> read = ReadFileBytes(Temp("model.pt"), kRole);
+  absl::StatusOr<FileBytes> read = ReadFileBytes(Temp("model.pt"), kRole);
   ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(*read, bytes);
+  EXPECT_EQ(read->view(), bytes);
 }
 
 TEST(ReadFileBytesTest, MissingEmptyAndDirectoryNameThePathAndTheRole) {
-  absl::StatusOr<std::string> missing = ReadFileBytes(Temp("missing.pt"), kRole);
+  absl::StatusOr<FileBytes> missing = ReadFileBytes(Temp("missing.pt"), kRole);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("model file '" + Temp("missing.pt") + "' does not exist"));
 
   Write(Temp("empty.pt"), "");
-  absl::StatusOr<std::string> empty = ReadFileBytes(Temp("empty.pt"), kRole);
+  absl::StatusOr<FileBytes> empty = ReadFileBytes(Temp("empty.pt"), kRole);
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(empty.status().message()),
               HasSubstr("is empty (0 bytes); expected a TorchScript archive"));
 
-  absl::StatusOr<std::string> directory = ReadFileBytes(testing::TempDir(), kRole);
+  absl::StatusOr<FileBytes> directory = ReadFileBytes(testing::TempDir(), kRole);
   EXPECT_EQ(directory.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(directory.status().message()),
               HasSubstr("'" + testing::TempDir() + "' is a directory"));
@@ -59,7 +59,7 @@ TEST(ReadFileBytesTest, MissingEmptyAndDirectoryNameThePathAndTheRole) {
 // /dev/zero used to be read until memory ran out.
 TEST(ReadFileBytesTest, DevicesAreRefusedWithoutReading) {
   for (const char* device : {"/dev/zero", "/dev/null", "/dev/urandom"}) {
-    absl::StatusOr<std::string> read = ReadFileBytes(device, kRole);
+    absl::StatusOr<FileBytes> read = ReadFileBytes(device, kRole);
     EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << device;
     EXPECT_THAT(std::string(read.status().message()), HasSubstr("is a character device"))
         << device;
@@ -81,12 +81,12 @@ TEST(ReadFileBytesTest, AnonymousPipeIsReadToTheEnd) {
     }
     ::close(fds[1]);
   });
-  absl::StatusOr<std::string> read = ReadFileBytes(absl::StrCat("/dev/fd/", fds[0]), kRole);
+  absl::StatusOr<FileBytes> read = ReadFileBytes(absl::StrCat("/dev/fd/", fds[0]), kRole);
   writer.join();
   ::close(fds[0]);
   ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(read->size(), bytes.size());
-  EXPECT_EQ(*read, bytes);
+  EXPECT_EQ(read->view().size(), bytes.size());
+  EXPECT_EQ(read->view(), bytes);
 }
 
 TEST(ReadFileBytesTest, FifoWithAWriterIsRead) {
@@ -96,10 +96,10 @@ TEST(ReadFileBytesTest, FifoWithAWriterIsRead) {
     absl::SleepFor(absl::Milliseconds(50));  // the reader opens first and waits
     Write(fifo, "model bytes");
   });
-  absl::StatusOr<std::string> read = ReadFileBytes(fifo, kRole);
+  absl::StatusOr<FileBytes> read = ReadFileBytes(fifo, kRole);
   writer.join();
   ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(*read, "model bytes");
+  EXPECT_EQ(read->view(), "model bytes");
 }
 
 // A FIFO nobody writes to used to block forever (already in open()).
@@ -109,7 +109,7 @@ TEST(ReadFileBytesTest, FifoWithoutAWriterTimesOut) {
   ReadLimits limits;
   limits.idle_timeout = absl::Milliseconds(200);
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::string> read = ReadFileBytes(fifo, kRole, limits);
+  absl::StatusOr<FileBytes> read = ReadFileBytes(fifo, kRole, limits);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(read.status().message()),
@@ -129,7 +129,7 @@ TEST(ReadFileBytesTest, StreamsAreCapped) {
   });
   ReadLimits limits;
   limits.max_stream_bytes = 100000;
-  absl::StatusOr<std::string> read =
+  absl::StatusOr<FileBytes> read =
       ReadFileBytes(absl::StrCat("/proc/self/fd/", fds[0]), kRole, limits);
   ::close(fds[0]);
   writer.join();
@@ -139,9 +139,9 @@ TEST(ReadFileBytesTest, StreamsAreCapped) {
 
 TEST(WriteFileBytesTest, WritesAndReportsEveryFailure) {
   ASSERT_TRUE(WriteFileBytes(Temp("out.json"), "{}\n", "JSON file").ok());
-  absl::StatusOr<std::string> back = ReadFileBytes(Temp("out.json"), kRole);
+  absl::StatusOr<FileBytes> back = ReadFileBytes(Temp("out.json"), kRole);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(*back, "{}\n");
+  EXPECT_EQ(back->view(), "{}\n");
 
   // A full disk shows only when the buffer is flushed.
   const absl::Status full = WriteFileBytes("/dev/full", "x", "JSON file");

@@ -244,10 +244,30 @@ class Machine {
     return Push(Scalar(Kind::kInt, static_cast<int64_t>(value)));
   }
 
+  // NOTE [LibTorch's pickle dialect]
+  bool InLibTorchDialect() const {
+    switch (op_) {
+      case '(': case ')': case '.': case 'G': case 'J': case 'K': case 'M': case 'N':
+      case 'Q': case 'R': case 'X': case ']': case 'b': case 'c': case 'd': case 'e':
+      case 'h': case 'j': case 'l': case 'q': case 'r': case 't': case 'u': case '}':
+      case 0x81: case 0x85: case 0x86: case 0x87: case 0x88: case 0x89:
+        return true;
+      case 0x80:  // PROTO
+        return op_start_ == 0;
+      case 0x8a:  // LONG1 of 8 bytes
+        return at_ < program_.size() && program_[at_] == 8;
+      default:
+        return false;
+    }
+  }
+
   absl::Status Step() {
     std::vector<uint32_t> popped;
     absl::string_view text;
     uint64_t number = 0;
+    if (options_.libtorch_dialect && !InLibTorchDialect()) {
+      return Error("an opcode LibTorch 1.13's unpickler does not read");
+    }
     switch (op_) {
       case 0x80:  // PROTO
         if (absl::Status s = TakeUint(1, &number); !s.ok()) return s;
@@ -500,7 +520,7 @@ class Machine {
       return Error(absl::StrCat(name, " with ", args.size(), " arguments"));
     }
     PickledTensor tensor;
-    tensor.quantized = quantized;
+    if (quantized) tensor.quantizer = args[4];
     const PickleNode& offset = Node(args[1]);
     const size_t requires_grad = quantized ? 5 : 4;
     if (Node(args[0]).kind != Kind::kStorage || offset.kind != Kind::kInt ||

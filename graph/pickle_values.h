@@ -25,6 +25,16 @@
 // metadata (`PickledTensor`, `PickledStorage`); archive_check.h checks each against its
 // record before anything reads it.
 //
+// NOTE [LibTorch's pickle dialect]
+// LibTorch 1.13's unpickler reads a subset of protocol 2: MARK, STOP, the EMPTY_ and
+// mark-ended TUPLE, LIST and DICT, TUPLE1-3, APPENDS, SETITEMS, BININT, BININT1, BININT2,
+// LONG1 of 8 bytes, BINFLOAT, BINUNICODE, NONE, NEWTRUE, NEWFALSE, GLOBAL, REDUCE, NEWOBJ,
+// BUILD, BINPERSID, BINPUT, LONG_BINPUT, BINGET, LONG_BINGET, and PROTO first (measured
+// opcode by opcode). Anything else makes it throw. That is harmless when it unpickles
+// eagerly, but the debug information of a TorchScript archive is unpickled lazily,
+// inside `ErrorReport::what()`, which is noexcept: a throw there ends the process.
+// Pickles LibTorch reads are therefore checked in its dialect.
+//
 // Supported: the binary protocols 1 to 5 as `torch.save` and LibTorch's pickler write
 // them (including APPEND, SETITEM, STACK_GLOBAL and MEMOIZE, which LibTorch 1.13's own
 // unpickler does not read), the globals that build tensors, parameters, OrderedDicts,
@@ -92,7 +102,9 @@ struct PickledTensor {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   bool requires_grad = false;
-  bool quantized = false;  // _rebuild_qtensor: the extent is checked, loading refuses it
+  // _rebuild_qtensor: its quantizer parameters, (torch.per_tensor_affine, scale,
+  // zero_point) or (torch.per_channel_affine, scales, zero_points, axis); else kNoNode.
+  uint32_t quantizer = kNoNode;
 };
 
 struct PickleValues {
@@ -104,6 +116,9 @@ struct PickleValues {
 
 struct PickleOptions {
   bool allow_objects = false;  // see the header comment
+  // Accept only what LibTorch 1.13's own unpickler reads (NOTE [LibTorch's pickle
+  // dialect]): for pickles LibTorch runs after the check.
+  bool libtorch_dialect = false;
 };
 
 // kInvalidArgument naming the opcode, its byte offset and what is wrong.

@@ -4,6 +4,8 @@
 #include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/jit_type.h>
+#include <ATen/ops/_empty_affine_quantized.h>
+#include <ATen/ops/_empty_per_channel_affine_quantized.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/Storage.h>
 #include <c10/core/TensorImpl.h>
@@ -24,16 +26,25 @@ namespace {
 
 using Kind = PickleNode::Kind;
 
-// The ScalarType of a storage class torch.<Name>Storage (quantized ones are refused).
+// The ScalarType of a storage class torch.<Name>Storage.
 std::optional<at::ScalarType> ScalarTypeOf(absl::string_view dtype) {
   static constexpr std::pair<const char*, at::ScalarType> kTypes[] = {
-      {"Byte", at::kByte},       {"Char", at::kChar},
-      {"Short", at::kShort},     {"Int", at::kInt},
-      {"Long", at::kLong},       {"Half", at::kHalf},
-      {"Float", at::kFloat},     {"Double", at::kDouble},
-      {"ComplexHalf", at::kComplexHalf}, {"ComplexFloat", at::kComplexFloat},
-      {"ComplexDouble", at::kComplexDouble}, {"Bool", at::kBool},
+      {"Byte", at::kByte},
+      {"Char", at::kChar},
+      {"Short", at::kShort},
+      {"Int", at::kInt},
+      {"Long", at::kLong},
+      {"Half", at::kHalf},
+      {"Float", at::kFloat},
+      {"Double", at::kDouble},
+      {"ComplexHalf", at::kComplexHalf},
+      {"ComplexFloat", at::kComplexFloat},
+      {"ComplexDouble", at::kComplexDouble},
+      {"Bool", at::kBool},
       {"BFloat16", at::kBFloat16},
+      {"QInt8", at::kQInt8},
+      {"QUInt8", at::kQUInt8},
+      {"QInt32", at::kQInt32},
   };
   for (const auto& [name, type] : kTypes) {
     if (dtype == name) return type;
@@ -126,18 +137,56 @@ class Converter {
     return storage;
   }
 
+  // An empty quantized tensor with the quantizer `(scheme, parameters...)` describes.
+  absl::StatusOr<at::Tensor> EmptyQuantized(const PickledTensor& pickled, at::ScalarType type,
+                                            const std::string& path) {
+    const PickleNode& quantizer = values_.nodes[pickled.quantizer];
+    const auto& q = quantizer.items;
+    auto kind = [&](size_t i) { return values_.nodes[q[i]].kind; };
+    const at::TensorOptions options = at::TensorOptions().dtype(type);
+    if (quantizer.kind == Kind::kTuple && q.size() == 3 && kind(0) == Kind::kGlobal &&
+        values_.nodes[q[0]].text == "torch.per_tensor_affine" && kind(1) == Kind::kFloat &&
+        kind(2) == Kind::kInt) {
+      return at::_empty_affine_quantized({0}, options, values_.nodes[q[1]].float_value,
+                                         values_.nodes[q[2]].int_value);
+    }
+    if (quantizer.kind == Kind::kTuple && q.size() == 4 && kind(0) == Kind::kGlobal &&
+        values_.nodes[q[0]].text == "torch.per_channel_affine" && kind(1) == Kind::kTensor &&
+        kind(2) == Kind::kTensor && kind(3) == Kind::kInt) {
+      absl::StatusOr<c10::IValue> scales = Convert(q[1], absl::StrCat(path, ".scales"));
+      if (!scales.ok()) return scales.status();
+      absl::StatusOr<c10::IValue> zero_points = Convert(q[2], absl::StrCat(path, ".zero_points"));
+      if (!zero_points.ok()) return zero_points.status();
+      return at::_empty_per_channel_affine_quantized({0}, scales->toTensor(),
+                                                     zero_points->toTensor(),
+                                                     values_.nodes[q[3]].int_value, options);
+    }
+    return Refuse(path, "a quantized tensor of a scheme other than per-tensor or per-channel "
+                        "affine");
+  }
+
   absl::StatusOr<c10::IValue> Tensor(const PickleNode& node, const std::string& path) {
     const PickledTensor& pickled = values_.tensors[node.index];
     const PickledStorage& storage = values_.storages[pickled.storage];
     const std::optional<at::ScalarType> type = ScalarTypeOf(storage.dtype);
-    if (pickled.quantized || !type.has_value()) {
-      return Refuse(path, absl::StrCat("a quantized tensor (", storage.dtype, ")"));
+    const bool quantized = pickled.quantizer != kNoNode;
+    if (!type.has_value() || quantized != at::isQIntType(*type)) {
+      return Refuse(path, absl::StrCat("a tensor of storage type ", storage.dtype,
+                                       quantized ? " quantized" : ""));
     }
     absl::StatusOr<at::Storage> data = StorageOf(pickled.storage);
     if (!data.ok()) return data.status();
-    at::Tensor tensor = at::detail::make_tensor<c10::TensorImpl>(
-        *std::move(data), c10::DispatchKeySet(c10::DispatchKey::CPU),
-        caffe2::TypeMeta::fromScalarType(*type));
+    at::Tensor tensor;
+    if (quantized) {
+      absl::StatusOr<at::Tensor> empty = EmptyQuantized(pickled, *type, path);
+      if (!empty.ok()) return empty.status();
+      tensor = *std::move(empty);
+      tensor.unsafeGetTensorImpl()->set_storage_keep_dtype(*std::move(data));
+    } else {
+      tensor = at::detail::make_tensor<c10::TensorImpl>(*std::move(data),
+                                                        c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                        caffe2::TypeMeta::fromScalarType(*type));
+    }
     tensor.unsafeGetTensorImpl()->set_sizes_and_strides(pickled.sizes, pickled.strides,
                                                         pickled.offset);
     if (pickled.requires_grad) {
@@ -272,10 +321,9 @@ absl::StatusOr<c10::IValue> LoadPickled(absl::string_view bytes) {
 }
 
 absl::StatusOr<c10::IValue> LoadTorchSaved(const std::string& path, absl::string_view what) {
-  absl::StatusOr<std::string> bytes =
-      ReadFileBytes(path, {what, "a file written by torch.save"});
+  absl::StatusOr<FileBytes> bytes = ReadFileBytes(path, {what, "a file written by torch.save"});
   if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<c10::IValue> value = LoadPickled(*bytes);
+  absl::StatusOr<c10::IValue> value = LoadPickled(bytes->view());
   if (!value.ok()) {
     return absl::Status(value.status().code(),
                         absl::StrCat(what, " '", path, "': ", value.status().message()));

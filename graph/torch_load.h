@@ -11,8 +11,9 @@
 // lists of lists, and `nn.Parameter`s (loaded as tensors that require grad). Tensors come
 // back on the CPU, in new storages: a tensor never aliases the file's bytes. Lists and
 // dicts get the element type their values share (`List[Tensor]`, `List[List[Tensor]]`),
-// or the type a TorchScript pickler recorded for them. Sparse and quantized tensors,
-// sets, bytes and objects of other classes are refused, naming what was found.
+// or the type a TorchScript pickler recorded for them. Quantized tensors of per-tensor or
+// per-channel affine schemes load as such. Sparse tensors, sets, bytes and objects of
+// other classes are refused, naming what was found.
 #ifndef TORCHLENS_GRAPH_TORCH_LOAD_H_
 #define TORCHLENS_GRAPH_TORCH_LOAD_H_
 

@@ -3,6 +3,7 @@
 #include "graph/torch_load.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <string>
 #include <vector>
@@ -89,6 +90,32 @@ TEST(LoadInputsTest, TensorsPastTheirStorageAreRefusedNamingTheFileAndTensor) {
     EXPECT_THAT(message, HasSubstr(absl::StrCat("input file '", Corpus(name), "'"))) << name;
     EXPECT_THAT(message, HasSubstr("the saved tensor")) << name;
   }
+}
+
+// Quantized tensors as LibTorch's pickler writes them in trace files (and Python's
+// torch.save alike): scheme, scale(s), zero point(s) and the integer values survive.
+TEST(LoadPickledTest, QuantizedTensors) {
+  const at::Tensor x = at::arange(6, at::kFloat).reshape({2, 3});
+  const at::Tensor per_tensor = at::quantize_per_tensor(x, 0.5, 3, at::kQUInt8);
+  const at::Tensor per_channel =
+      at::quantize_per_channel(x, at::tensor({0.5, 0.25}, at::kDouble),
+                               at::tensor({1, 2}, at::kLong), /*axis=*/0, at::kQInt8);
+  const std::vector<char> bytes =
+      torch::jit::pickle_save(c10::ivalue::Tuple::create({per_tensor, per_channel}));
+  absl::StatusOr<c10::IValue> loaded = LoadPickled(absl::string_view(bytes.data(), bytes.size()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const at::Tensor a = loaded->toTupleRef().elements()[0].toTensor();
+  EXPECT_EQ(a.qscheme(), at::kPerTensorAffine);
+  EXPECT_EQ(a.q_scale(), 0.5);
+  EXPECT_EQ(a.q_zero_point(), 3);
+  EXPECT_TRUE(at::equal(a.int_repr(), per_tensor.int_repr()));
+  const at::Tensor b = loaded->toTupleRef().elements()[1].toTensor();
+  EXPECT_EQ(b.qscheme(), at::kPerChannelAffine);
+  EXPECT_EQ(b.q_per_channel_axis(), 0);
+  EXPECT_TRUE(at::equal(b.q_per_channel_scales(), per_channel.q_per_channel_scales()));
+  EXPECT_TRUE(at::equal(b.q_per_channel_zero_points(), per_channel.q_per_channel_zero_points()));
+  EXPECT_TRUE(at::equal(b.int_repr(), per_channel.int_repr()));
+  EXPECT_TRUE(at::equal(b.dequantize(), per_channel.dequantize()));
 }
 
 // A directory printed a raw basic_filebuf message without the path.

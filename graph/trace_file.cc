@@ -57,6 +57,61 @@ bool Picklable(const c10::IValue& value) {
   return false;
 }
 
+// A tensor Python's torch.load could not read back, or nullptr. LibTorch 1.13 pickles a
+// sparse tensor as a call of torch._utils._rebuild_sparse_tensor with arguments that
+// Python's function of that name does not take; other layouts (MKL-DNN) it cannot pickle.
+const char* UnsavableLayout(const c10::IValue& value) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (!t.defined() || t.layout() == at::kStrided) return nullptr;
+    return t.is_sparse() ? "sparse" : "non-strided";
+  }
+  if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      if (const char* layout = UnsavableLayout(element)) return layout;
+    }
+  }
+  if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      if (const char* layout = UnsavableLayout(element)) return layout;
+    }
+  }
+  return nullptr;
+}
+
+// Every tensor the file would hold must be one Python reads (UnsavableLayout).
+absl::Status CheckSavable(const Trace& trace) {
+  auto refuse = [](absl::string_view where, const char* layout) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot write a trace file: ", where, " holds a ", layout,
+        " tensor, and trace files hold strided tensors only (LibTorch 1.13 writes sparse "
+        "tensors in a form Python's torch.load cannot read); capture with "
+        "save_activations = false (--no_save), or make the model return dense tensors"));
+  };
+  for (const Op& op : trace.ops()) {
+    const std::string where = absl::StrCat("op '", op.label, "'");
+    for (const at::Tensor& t : op.outs) {
+      if (const char* layout = UnsavableLayout(t)) return refuse(where, layout);
+    }
+    for (const c10::IValue& arg : op.creation_args) {
+      if (const char* layout = UnsavableLayout(arg)) {
+        return refuse(absl::StrCat("an argument of ", where), layout);
+      }
+    }
+    for (const at::Tensor& t : {op.out, op.rng_state}) {
+      if (const char* layout = UnsavableLayout(t)) return refuse(where, layout);
+    }
+  }
+  for (const auto& [address, buffer] : trace.buffers()) {
+    for (const at::Tensor& t : {buffer.initial_value, buffer.final_value}) {
+      if (const char* layout = UnsavableLayout(t)) {
+        return refuse(absl::StrCat("buffer '", address, "'"), layout);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 c10::IValue OpToIValue(const Op& op) {
   Dict d = NewDict();
   d.insert("label", op.label);
@@ -318,6 +373,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes) {
 }  // namespace
 
 absl::Status SaveTrace(const Trace& trace, const std::string& path) {
+  if (absl::Status savable = CheckSavable(trace); !savable.ok()) return savable;
   Dict root = NewDict();
   root.insert("format", std::string(kTraceFileFormat));
   root.insert("version", static_cast<int64_t>(kTraceFileVersion));
@@ -385,10 +441,10 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
 }
 
 absl::StatusOr<Trace> LoadTrace(const std::string& path) {
-  absl::StatusOr<std::string> read = ReadFileBytes(
+  absl::StatusOr<FileBytes> read = ReadFileBytes(
       path, {"trace file", "a trace file written by torchlens (SaveTrace or --save)"});
   if (!read.ok()) return read.status();
-  absl::StatusOr<Trace> trace = ParseTrace(*read);
+  absl::StatusOr<Trace> trace = ParseTrace(read->view());
   if (!trace.ok()) {
     return absl::Status(trace.status().code(),
                         absl::StrCat("'", path, "': ", trace.status().message()));

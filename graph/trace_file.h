@@ -28,6 +28,9 @@ namespace torchlens {
 inline constexpr char kTraceFileFormat[] = "torchlens.trace";
 inline constexpr int kTraceFileVersion = 1;
 
+// kInvalidArgument, writing nothing, when a tensor of the trace is sparse (or of another
+// non-strided layout): LibTorch 1.13 would write it in a form Python's torch.load cannot
+// read. Write errors as WriteFileBytes (file_io.h) gives them.
 absl::Status SaveTrace(const Trace& trace, const std::string& path);
 
 // kNotFound: no such file. kInvalidArgument: not a trace file, truncated or corrupt (the

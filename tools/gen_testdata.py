@@ -432,6 +432,13 @@ class ForksInHelper(nn.Module):
         return _double_on_another_thread(x) + 1
 
 
+class SparseOutput(nn.Module):
+    """Returns a sparse tensor: trace files cannot hold it in a form Python reads."""
+
+    def forward(self, x):
+        return torch.relu(x).to_sparse()
+
+
 # ---------------------------------------------------------------------------------------
 
 def randomize_running_stats(module):
@@ -485,6 +492,7 @@ def models():
         "checks_input": (ChecksInput, [rand(2, 3)], False),
         "forks": (Forks, [rand(2, 3)], False),
         "forks_in_helper": (ForksInHelper, [rand(2, 3)], False),
+        "sparse_output": (SparseOutput, [rand(2, 3)], False),
     }
 
 
@@ -500,7 +508,7 @@ class Expected(nn.Module):
 
 def flatten_outputs(out):
     if isinstance(out, torch.Tensor):
-        return [out]
+        return [out.to_dense() if out.is_sparse else out]
     result = []
     for item in out:
         result.extend(flatten_outputs(item))

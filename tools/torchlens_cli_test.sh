@@ -111,6 +111,10 @@ expect_error "model record cut short" "storage data/0 of tensor 'fc.weight' clai
   --model "$MODELS/record_cut_short.pt" --input_shape 1,2
 expect_error "class constant without type" "gives '__btffers__' a value without a type" \
   --model "$MODELS/class_constant_without_type.pt" --input_shape 1,2
+expect_error "debug information LibTorch throws on" "debug information LibTorch cannot read safely" \
+  --model "$MODELS/debug_info_unknown_global.pt" --input_shape 1,2
+expect_error "debug information LibTorch cannot print" "debug information LibTorch cannot print" \
+  --model "$MODELS/debug_info_unprintable.pt" --input_shape 1,2
 expect_error "torchvision op" "torchvision::nms.*load the library that registers torchvision::" \
   --model "$MODELS/unknown_op_torchvision.pt" --input_shape 1,2
 expect_error "newer aten op" "this LibTorch (1.13) has no aten::relu_of_a_newer_pytorch" \
@@ -149,6 +153,14 @@ expect_error "wrong feature count" "mat1 and mat2 shapes cannot be multiplied (2
 # torch.jit.fork: refused, never a partial trace.
 expect_error "fork" "runs work on other threads (Forks.forward forks at code/__torch__.py" \
   --model testdata/forks.pt --input_shape 2,3
+
+# A sparse output: no trace file Python cannot read; the other outputs are written.
+rm -f "$TEST_TMPDIR/sparse.json"
+expect_error "sparse --save" "op 'to_sparse_1_2:1' holds a sparse tensor" \
+  --model testdata/sparse_output.pt --input_shape 2,3 --save "$TEST_TMPDIR/sparse.trace.pt" \
+  --json "$TEST_TMPDIR/sparse.json"
+[[ -e "$TEST_TMPDIR/sparse.trace.pt" ]] && fail "sparse --save wrote a trace file"
+grep -q '"ops"' "$TEST_TMPDIR/sparse.json" || fail "sparse --save: --json not written"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"

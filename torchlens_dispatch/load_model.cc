@@ -62,15 +62,18 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
     return absl::InvalidArgumentError(
         absl::StrCat(name, " is ", checked.status().message(), "; expected ", kExpected));
   }
-  // NOTE [Code LibTorch 1.13 crashes on]
+  // NOTE [Code LibTorch 1.13 crashes on], NOTE [Printing debug information]
   for (const ZipArchive::Entry& entry : checked->zip.entries()) {
     absl::string_view record = entry.name;
-    if (!absl::ConsumePrefix(&record, checked->zip.prefix()) ||
-        !absl::StartsWith(record, "code/") || !absl::EndsWith(record, ".py")) {
+    if (!absl::ConsumePrefix(&record, checked->zip.prefix()) || !absl::StartsWith(record, "code/")) {
       continue;
     }
-    absl::StatusOr<std::string> code = checked->zip.Read(entry);
-    absl::Status s = code.ok() ? CheckScriptCode(*code, std::string(record)) : code.status();
+    const bool code = absl::EndsWith(record, ".py"), debug = absl::EndsWith(record, ".debug_pkl");
+    if (!code && !debug) continue;
+    absl::StatusOr<std::string> bytes = checked->zip.Read(entry);
+    absl::Status s = !bytes.ok() ? bytes.status()
+                     : code      ? CheckScriptCode(*bytes, std::string(record))
+                                 : CheckDebugInfo(*bytes, std::string(record));
     if (!s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " has code LibTorch cannot load: ", s.message()));
@@ -97,9 +100,9 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
 }
 
 absl::StatusOr<torch::jit::Module> LoadTorchScript(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFileBytes(path, {"model file", kExpected});
+  absl::StatusOr<FileBytes> bytes = ReadFileBytes(path, {"model file", kExpected});
   if (!bytes.ok()) return bytes.status();
-  return LoadTorchScriptFromBytes(*bytes, absl::StrCat("model file '", path, "'"));
+  return LoadTorchScriptFromBytes(bytes->view(), absl::StrCat("model file '", path, "'"));
 }
 
 }  // namespace torchlens

@@ -84,6 +84,26 @@ TEST(BadModelFileTest, HostileArchivesAreRefusedBeforeLibTorchReadsThem) {
   EXPECT_THAT(std::string(cut.status().message()),
               HasSubstr("storage data/0 of tensor 'fc.weight' claims 4 Float elements (16 "
                         "bytes), but its record holds 4 bytes"));
+  // Found by fuzzing the loader: LibTorch 1.13 reads uninitialized memory for a class
+  // constant without a type, and ends the process when the debug information it reads
+  // while formatting an error names a global it does not know.
+  absl::StatusOr<torch::jit::Module> constant =
+      LoadTorchScript(ModelCorpus("class_constant_without_type.pt"));
+  EXPECT_EQ(constant.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(constant.status().message()),
+              HasSubstr("class Small at code/__torch__.py:3 gives '__btffers__' a value "
+                        "without a type"));
+  absl::StatusOr<torch::jit::Module> debug =
+      LoadTorchScript(ModelCorpus("debug_info_unknown_global.pt"));
+  EXPECT_EQ(debug.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(debug.status().message()),
+              HasSubstr("code/__torch__.py.debug_pkl: debug information LibTorch cannot read "
+                        "safely"));
+  absl::StatusOr<torch::jit::Module> unprintable =
+      LoadTorchScript(ModelCorpus("debug_info_unprintable.pt"));
+  EXPECT_EQ(unprintable.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unprintable.status().message()),
+              HasSubstr("debug information LibTorch cannot print"));
   // The archive they were made from loads and runs.
   absl::StatusOr<torch::jit::Module> small = LoadTorchScript(ModelCorpus("small.pt"));
   ASSERT_TRUE(small.ok()) << small.status();

@@ -25,6 +25,16 @@ namespace torchlens {
 // line) or for the class constants above; `filename` names the record in messages.
 absl::Status CheckScriptCode(absl::string_view code, const std::string& filename);
 
+// NOTE [Printing debug information]
+// LibTorch formats the original source of an error inside the noexcept
+// `ErrorReport::what()` (NOTE [Debug information] in graph/archive_check.cc): an exception
+// there ends the process. Its text iterators assert on ranges that a well-formed record
+// can still hold (fuzzing: a range ending in an empty piece of text). `CheckDebugInfo`
+// therefore prints every source range of a debug record (`code/**.debug_pkl`, already
+// checked by CheckTorchArchive) the way the error would, with LibTorch's own code, where
+// a throw is only a refusal.
+absl::Status CheckDebugInfo(absl::string_view pickle, const std::string& filename);
+
 }  // namespace torchlens
 
 #endif  // TORCHLENS_DISPATCH_SCRIPT_CODE_CHECK_H_

@@ -45,18 +45,17 @@ std::vector<Frame> Frames(const std::vector<absl::string_view>& lines) {
     }
     std::string file, number;
     if (!IsFileLine(lines[i], &file, &number)) continue;
-    // The statement is the line above the frame's marker.
+    // The statement is the line above the frame's marker; a place at the end of the
+    // file has no marker.
+    std::string location = absl::StrCat(file, ":", number);
     for (size_t j = i + 1; j < lines.size(); ++j) {
       std::string next_file, next_number;
       if (IsFileLine(lines[j], &next_file, &next_number)) break;
       if (!absl::StrContains(lines[j], kMarker)) continue;
-      if (j > i + 1) {
-        frames.push_back(Frame{absl::StrCat(file, ":", number, ": ",
-                                            absl::StripAsciiWhitespace(lines[j - 1])),
-                               original});
-      }
+      if (j > i + 1) absl::StrAppend(&location, ": ", absl::StripAsciiWhitespace(lines[j - 1]));
       break;
     }
+    frames.push_back(Frame{std::move(location), original});
   }
   return frames;
 }
