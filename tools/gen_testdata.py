@@ -439,6 +439,34 @@ class SparseOutput(nn.Module):
         return torch.relu(x).to_sparse()
 
 
+class NestedLeaf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class NestedWrap(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return torch.relu(self.inner(x))
+
+
+def nested(depth):
+    """`depth` modules, each wrapping the next: inner.inner.(...).fc (issue 17)."""
+    def make():
+        module = NestedLeaf()
+        for _ in range(depth):
+            module = NestedWrap(module)
+        return module
+    return make
+
+
 # ---------------------------------------------------------------------------------------
 
 def randomize_running_stats(module):
@@ -493,6 +521,7 @@ def models():
         "forks": (Forks, [rand(2, 3)], False),
         "forks_in_helper": (ForksInHelper, [rand(2, 3)], False),
         "sparse_output": (SparseOutput, [rand(2, 3)], False),
+        "nested_150": (nested(150), [rand(1, 2)], False),
     }
 
 
@@ -544,6 +573,7 @@ def generate(name, factory, inputs, training):
 
 
 def main():
+    sys.setrecursionlimit(20000)  # scripting nested_150 recurses through every level
     os.makedirs(OUT, exist_ok=True)
     # An input file for `torchlens --input` (torch.save of a tensor).
     torch.save(torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(7)),
