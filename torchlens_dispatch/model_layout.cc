@@ -71,8 +71,9 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     auto it = trace_modules->find(address);
     trace_module_of[id] = it == trace_modules->end() ? nullptr : &it->second;
     owner_of[id] = -1;
-    for (std::string prefix = address; id != 0;) {
-      prefix = OwnerAddress(prefix);
+    for (absl::string_view prefix = address; id != 0;) {
+      const size_t dot = prefix.rfind('.');
+      prefix = dot == absl::string_view::npos ? absl::string_view() : prefix.substr(0, dot);
       if (auto found = layout->module_ids.find(prefix); found != layout->module_ids.end()) {
         owner_of[id] = found->second;
         break;
