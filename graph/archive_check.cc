@@ -1,322 +1,382 @@
 #include "graph/archive_check.h"
 
 #include <cstdint>
-#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 namespace torchlens {
 namespace {
 
-absl::Status Bad(absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("not a valid torch.save archive: ", why));
-}
+using Kind = PickleNode::Kind;
 
-// Little-endian reads that fail instead of reading past the end.
-class Bytes {
+// Names the tensors of a run pickle by where they sit, and refuses values that contain
+// themselves or nest deeper than kMaxPickleNesting: LibTorch walks loaded values
+// recursively (restoring type tags, freeing), which a cycle or a deep chain overflows.
+// Depths recorded while the program ran can be stale (a list filled after it was put in
+// another), so the walk counts its own.
+class TensorNamer {
  public:
-  explicit Bytes(const std::vector<char>& data) : data_(data) {}
-  uint64_t size() const { return data_.size(); }
-  bool Has(uint64_t at, uint64_t n) const { return at <= data_.size() && n <= data_.size() - at; }
-  uint64_t Read(uint64_t at, int n) const {
-    uint64_t value = 0;
-    for (int i = n - 1; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(data_[at + i]);
-    return value;
-  }
-  absl::string_view View(uint64_t at, uint64_t n) const { return {data_.data() + at, n}; }
+  explicit TensorNamer(const PickleValues& values)
+      : values_(values), state_(values.nodes.size(), kUnvisited) {}
 
- private:
-  const std::vector<char>& data_;
-};
-
-constexpr uint32_t kEndOfDirectory = 0x06054b50;
-constexpr uint32_t kZip64Locator = 0x07064b50;
-constexpr uint32_t kZip64EndOfDirectory = 0x06064b50;
-constexpr uint32_t kDirectoryEntry = 0x02014b50;
-constexpr uint32_t kLocalHeader = 0x04034b50;
-
-// Pickle protocol 2 opcodes (and the protocol-4 ones the unpickler accepts), with the
-// size of their fixed argument; -1 marks a length-prefixed argument handled separately.
-int FixedArgument(uint8_t op) {
-  switch (op) {
-    case 0x80:
-      return 1;  // PROTO
-    case 'q':
-      return 1;  // BINPUT
-    case 'r':
-      return 4;  // LONG_BINPUT
-    case 'h':
-      return 1;  // BINGET
-    case 'j':
-      return 4;  // LONG_BINGET
-    case 'J':
-      return 4;  // BININT
-    case 'K':
-      return 1;  // BININT1
-    case 'M':
-      return 2;  // BININT2
-    case 'G':
-      return 8;  // BINFLOAT
-    case 0x95:
-      return 8;  // FRAME
-    case '(':
-    case '}':
-    case ']':
-    case ')':
-    case 0x85:
-    case 0x86:
-    case 0x87:
-    case 't':
-    case 'Q':
-    case 'R':
-    case 'b':
-    case 's':
-    case 'u':
-    case 'e':
-    case 'a':
-    case 0x88:
-    case 0x89:
-    case 'N':
-    case 0x81:
-    case 0x94:
-    case '.':
-      return 0;
-    default:
-      return -1;
-  }
-}
-
-// NOTE [Pickle stack depth]
-// LibTorch's unpickler pops its value stack without checking its size: a TUPLE2 with one
-// value on the stack reads below it, and the REDUCE after it freed memory it never
-// allocated (found by fuzzing). The check runs the pickle program on stack heights alone:
-// every opcode must find the values it consumes above the innermost MARK, mark-ended
-// opcodes need their MARK (and SETITEMS its key-value pairs, APPENDS/SETITEMS the
-// container below the MARK), and STOP must leave exactly one value.
-class StackHeights {
- public:
-  absl::Status Apply(uint8_t op) {
-    switch (op) {
-      case 0x80:  // PROTO
-      case 0x95:  // FRAME
-        return absl::OkStatus();
-      case '(':  // MARK
-        marks_.push_back(depth_);
-        return absl::OkStatus();
-      case 'q':   // BINPUT
-      case 'r':   // LONG_BINPUT
-      case 0x94:  // MEMOIZE
-      case 'Q':   // BINPERSID
-      case 0x85:  // TUPLE1
-        return Consume(op, 1);
-      case 0x86:  // TUPLE2
-      case 'R':   // REDUCE
-      case 'b':   // BUILD
-      case 0x81:  // NEWOBJ
-      case 'a':   // APPEND
-        return Consume(op, 2);
-      case 0x87:  // TUPLE3
-      case 's':   // SETITEM
-        return Consume(op, 3);
-      case 't':  // TUPLE
-      case 'e':  // APPENDS
-      case 'u':  // SETITEMS
-        return EndMark(op);
-      case '.':  // STOP
-        if (depth_ != 1 || !marks_.empty()) {
-          return Bad("the pickle program stops without exactly one value");
-        }
-        return absl::OkStatus();
-      default:  // every other accepted opcode pushes one value
-        ++depth_;
-        return absl::OkStatus();
-    }
+  absl::Status Walk(std::vector<std::string>* names) {
+    names_.assign(values_.tensors.size(), "(unreachable)");
+    std::string path;
+    if (absl::Status s = Visit(values_.root, &path, 0); !s.ok()) return s;
+    *names = std::move(names_);
+    return absl::OkStatus();
   }
 
  private:
-  uint64_t Floor() const { return marks_.empty() ? 0 : marks_.back(); }
-  // An opcode that pops `pops` values and pushes its result.
-  absl::Status Consume(uint8_t op, uint64_t pops) {
-    if (depth_ - Floor() < pops) return Underflow(op);
-    depth_ = depth_ - pops + 1;
-    return absl::OkStatus();
-  }
-  absl::Status EndMark(uint8_t op) {
-    if (marks_.empty()) return Underflow(op);
-    const uint64_t mark = marks_.back();
-    marks_.pop_back();
-    if (op == 't') {
-      depth_ = mark + 1;
-      return absl::OkStatus();
-    }
-    // APPENDS and SETITEMS add to the container just below their MARK.
-    if (mark - Floor() < 1 || (op == 'u' && (depth_ - mark) % 2 != 0)) return Underflow(op);
-    depth_ = mark;
-    return absl::OkStatus();
-  }
-  static absl::Status Underflow(uint8_t op) {
-    return Bad(absl::StrCat("pickle opcode 0x", absl::Hex(op),
-                            " takes values the stack does not hold"));
+  enum State : uint8_t { kUnvisited, kVisiting, kDone };
+
+  absl::Status Child(uint32_t id, std::string* path, absl::string_view step, uint32_t depth) {
+    const size_t length = path->size();
+    path->append(step.data(), step.size());
+    absl::Status s = Visit(id, path, depth + 1);
+    path->resize(length);
+    return s;
   }
 
-  uint64_t depth_ = 0;
-  std::vector<uint64_t> marks_;
-};
-
-absl::Status CheckPickle(const Bytes& bytes, uint64_t begin, uint64_t end) {
-  uint64_t at = begin;
-  // Memo ids: writers number them from 0, one per put. The unpickler reserves room for
-  // twice the id it is given, so an id beyond the puts so far asks for memory at will.
-  uint64_t puts = 0;
-  StackHeights stack;  // NOTE [Pickle stack depth]
-  while (at < end) {
-    const uint8_t op = static_cast<uint8_t>(bytes.View(at, 1)[0]);
-    ++at;
-    if (absl::Status s = stack.Apply(op); !s.ok()) return s;
-    if (op == '.') return absl::OkStatus();  // STOP
-    const int fixed = FixedArgument(op);
-    if (fixed >= 0) {
-      if (at + fixed > end) return Bad("a pickle opcode runs past the end of data.pkl");
-      if (op == 'q' || op == 'r' || op == 'h' || op == 'j') {
-        const uint64_t id = bytes.Read(at, fixed);
-        const bool put = op == 'q' || op == 'r';
-        if (put ? id > puts : id >= puts) {
-          return Bad(absl::StrCat("a pickle memo id ", id, " with ", puts, " values memoized"));
-        }
-        if (put && id == puts) ++puts;
-      } else if (op == 0x94) {  // MEMOIZE
-        ++puts;
-      }
-      at += fixed;
-      continue;
+  absl::Status Visit(uint32_t id, std::string* path, uint32_t depth) {
+    if (depth > kMaxPickleNesting) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("values nest deeper than ", kMaxPickleNesting, " levels"));
     }
-    uint64_t length_size = 0;
-    switch (op) {
-      case 'X':
-      case 'B':
-        length_size = 4;
-        break;  // BINUNICODE, BINBYTES
-      case 0x8c:
-      case 'C':
-      case 0x8a:
-        length_size = 1;
-        break;  // SHORT_BINUNICODE, SHORT_BINBYTES, LONG1
-      case 0x8d:
-      case 0x8e:
-        length_size = 8;
-        break;     // BINUNICODE8, BINBYTES8
-      case 'c': {  // GLOBAL: two text lines
-        for (int line = 0; line < 2; ++line) {
-          while (at < end && bytes.View(at, 1)[0] != '\n') ++at;
-          if (at >= end) return Bad("a pickle GLOBAL runs past the end of data.pkl");
-          ++at;
+    if (state_[id] == kVisiting) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the value at '", *path, "' contains itself"));
+    }
+    if (state_[id] == kDone) return absl::OkStatus();  // shared: named where first seen
+    state_[id] = kVisiting;
+    const PickleNode& node = values_.nodes[id];
+    absl::Status s;
+    switch (node.kind) {
+      case Kind::kTensor:
+        names_[node.index] = *path;
+        break;
+      case Kind::kTuple:
+      case Kind::kList:
+        for (size_t i = 0; i < node.items.size() && s.ok(); ++i) {
+          s = Child(node.items[i], path, absl::StrCat("[", i, "]"), depth);
         }
-        continue;
-      }
+        break;
+      case Kind::kDict:
+        for (size_t i = 0; i + 1 < node.items.size() && s.ok(); i += 2) {
+          const PickleNode& key = values_.nodes[node.items[i]];
+          s = Child(node.items[i], path, "(a key)", depth);
+          if (!s.ok()) break;
+          s = Child(node.items[i + 1], path,
+                    key.kind == Kind::kString ? absl::StrCat("['", absl::CHexEscape(key.text), "']")
+                    : key.kind == Kind::kInt  ? absl::StrCat("[", key.int_value, "]")
+                                              : std::string("[?]"),
+                    depth);
+        }
+        break;
+      case Kind::kObject:
+        s = Child(node.items[1], path, "(arguments)", depth);
+        if (s.ok() && node.state != kNoNode) s = VisitState(node.state, path, depth);
+        break;
       default:
-        return Bad(absl::StrCat("unexpected pickle opcode 0x", absl::Hex(op)));
+        break;
     }
-    if (at + length_size > end) return Bad("a pickle length runs past the end of data.pkl");
-    const uint64_t length = bytes.Read(at, static_cast<int>(length_size));
-    at += length_size;
-    if (length > end - at) {
-      return Bad(absl::StrCat("a pickle value claims ", length, " bytes, ", end - at, " remain"));
-    }
-    at += length;
+    state_[id] = kDone;
+    return s;
   }
-  return Bad("data.pkl ends without a STOP opcode");
+
+  // An object's state: a dict of attributes ("stem.weight"), or anything else.
+  absl::Status VisitState(uint32_t id, std::string* path, uint32_t depth) {
+    const PickleNode& state = values_.nodes[id];
+    if (state.kind != Kind::kDict || state_[id] != kUnvisited) return Child(id, path, "", depth);
+    state_[id] = kVisiting;
+    absl::Status s;
+    for (size_t i = 0; i + 1 < state.items.size() && s.ok(); i += 2) {
+      const PickleNode& key = values_.nodes[state.items[i]];
+      s = Child(state.items[i], path, "(a key)", depth);
+      if (!s.ok()) break;
+      const std::string attribute =
+          key.kind == Kind::kString ? absl::CHexEscape(key.text) : std::string("?");
+      s = Child(state.items[i + 1], path, path->empty() ? attribute : absl::StrCat(".", attribute),
+                depth);
+    }
+    state_[id] = kDone;
+    return s;
+  }
+
+  const PickleValues& values_;
+  std::vector<State> state_;
+  std::vector<std::string> names_;
+};
+
+std::string TensorName(const std::string& name) {
+  return name.empty() ? std::string("the saved tensor") : absl::StrCat("tensor '", name, "'");
+}
+
+// NOTE [Pickled tensors]: storages against records, tensors against storages.
+absl::Status CheckTensors(const PickleValues& values, const std::vector<std::string>& names,
+                          const ZipArchive& zip, absl::string_view record_directory,
+                          std::vector<ZipArchive::Entry>* records) {
+  // The first tensor of each storage names it in messages.
+  std::vector<int64_t> first_user(values.storages.size(), -1);
+  for (size_t t = values.tensors.size(); t-- > 0;) first_user[values.tensors[t].storage] = t;
+  records->clear();
+  for (size_t i = 0; i < values.storages.size(); ++i) {
+    const PickledStorage& storage = values.storages[i];
+    const std::string record = absl::StrCat(record_directory, storage.key);
+    const std::string of =
+        first_user[i] < 0 ? std::string() : absl::StrCat(" of ", TensorName(names[first_user[i]]));
+    const ZipArchive::Entry* entry = zip.Find(record);
+    if (entry == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("storage ", absl::CHexEscape(record), of, " has no record in the archive"));
+    }
+    const absl::uint128 bytes = absl::uint128(storage.numel) * storage.item_size;
+    if (bytes > entry->size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "storage ", absl::CHexEscape(record), of, " claims ", storage.numel, " ", storage.dtype,
+          " elements (", bytes > UINT64_MAX ? std::string("2^64 or more")
+                                            : absl::StrCat(static_cast<uint64_t>(bytes)),
+          " bytes), but its record holds ", entry->size, " bytes (truncated?)"));
+    }
+    records->push_back(*entry);
+  }
+  for (size_t t = 0; t < values.tensors.size(); ++t) {
+    const PickledTensor& tensor = values.tensors[t];
+    const PickledStorage& storage = values.storages[tensor.storage];
+    const std::string shape =
+        absl::StrCat(storage.dtype, ", sizes [", absl::StrJoin(tensor.sizes, ", "),
+                     "], strides [", absl::StrJoin(tensor.strides, ", "), "], offset ",
+                     tensor.offset);
+    if (tensor.sizes.size() != tensor.strides.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(TensorName(names[t]), " (", shape, ") has ",
+                                                     tensor.sizes.size(), " sizes and ",
+                                                     tensor.strides.size(), " strides"));
+    }
+    bool negative = tensor.offset < 0;
+    for (size_t d = 0; d < tensor.sizes.size(); ++d) {
+      negative = negative || tensor.sizes[d] < 0 || tensor.strides[d] < 0;
+    }
+    if (negative) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TensorName(names[t]), " (", shape, ") has a negative size, stride or offset"));
+    }
+    absl::uint128 numel = 1;
+    for (int64_t size : tensor.sizes) {
+      numel *= static_cast<uint64_t>(size);
+      if (numel > INT64_MAX) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            TensorName(names[t]), " (", shape, ") has more than 2^63 - 1 elements"));
+      }
+    }
+    if (numel == 0) continue;  // reads no element
+    // The index of the last element it reads, saturated at 2^64.
+    absl::uint128 last = static_cast<uint64_t>(tensor.offset);
+    for (size_t d = 0; d < tensor.sizes.size() && last <= UINT64_MAX; ++d) {
+      last += absl::uint128(static_cast<uint64_t>(tensor.sizes[d] - 1)) *
+              static_cast<uint64_t>(tensor.strides[d]);
+    }
+    if (last >= storage.numel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TensorName(names[t]), " (", shape, ") reaches element ",
+          last > UINT64_MAX ? std::string("2^64 or beyond") : absl::StrCat(static_cast<uint64_t>(last)),
+          " of its storage ", absl::CHexEscape(absl::StrCat(record_directory, storage.key)),
+          ", which holds ", storage.numel, " elements"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// NOTE [Debug information]
+// The debug information of a TorchScript archive (`code/**.debug_pkl`) maps byte offsets
+// of the serialized code to ranges of the original Python source. LibTorch unpickles it
+// lazily, while it formats an error message inside the noexcept `ErrorReport::what()`,
+// and indexes it without checks: a throw there ends the process (fuzzing found one), a
+// bad index reads out of bounds. The check accepts exactly the form LibTorch 1.13 writes:
+//   ("FORMAT_WITH_STRING_TABLE", (text, ...), ((offset, range, handle), ...)), with
+//   range = (((text index, ...) as build_intlist, filename index, line), start, end),
+// or, without a string table, a tuple of (offset, range[, handle]) with
+//   range = ((text, filename or None, line), start, end);
+// every index inside the table, no negative range, and no other global than build_intlist,
+// in LibTorch's pickle dialect.
+class DebugInfoCheck {
+ public:
+  explicit DebugInfoCheck(const PickleValues& values) : values_(values) {}
+
+  absl::Status Run() {
+    for (const PickleNode& node : values_.nodes) {
+      if ((node.kind == Kind::kGlobal && node.text != "torch.jit._pickle.build_intlist") ||
+          node.kind == Kind::kObject || node.kind == Kind::kTensor ||
+          node.kind == Kind::kStorage || node.kind == Kind::kDevice) {
+        return Bad("values other than tuples, lists of ints, strings and ints");
+      }
+    }
+    const PickleNode* root = Tuple(values_.root);
+    if (root == nullptr) return Bad("it is not a tuple");
+    const PickleNode* lines = root;
+    if (!root->items.empty() && At(root->items[0]).kind == Kind::kString &&
+        At(root->items[0]).text == "FORMAT_WITH_STRING_TABLE") {
+      const PickleNode* table = root->items.size() == 3 ? Tuple(root->items[1]) : nullptr;
+      lines = root->items.size() == 3 ? Tuple(root->items[2]) : nullptr;
+      if (table == nullptr || lines == nullptr) return Bad("a malformed string table");
+      for (uint32_t text : table->items) {
+        if (At(text).kind != Kind::kString) return Bad("a string table holding a non-string");
+      }
+      table_size_ = table->items.size();
+      with_table_ = true;
+    }
+    for (uint32_t id : lines->items) {
+      const PickleNode* line = Tuple(id);
+      if (line == nullptr || line->items.size() < 2 || line->items.size() > 3 ||
+          At(line->items[0]).kind != Kind::kInt ||
+          (line->items.size() == 3 && At(line->items[2]).kind != Kind::kInt)) {
+        return Bad("a malformed line record");
+      }
+      if (absl::Status s = Range(line->items[1]); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status Bad(absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("debug information LibTorch cannot read safely: ", why));
+  }
+  const PickleNode& At(uint32_t id) const { return values_.nodes[id]; }
+  const PickleNode* Tuple(uint32_t id, size_t size = 0) const {
+    const PickleNode& node = At(id);
+    if (node.kind != Kind::kTuple || (size != 0 && node.items.size() != size)) return nullptr;
+    return &node;
+  }
+  bool Int(uint32_t id) const { return At(id).kind == Kind::kInt; }
+
+  absl::Status Range(uint32_t id) {
+    const PickleNode* range = Tuple(id, 3);
+    const PickleNode* source = range == nullptr ? nullptr : Tuple(range->items[0], 3);
+    if (source == nullptr || !Int(range->items[1]) || !Int(range->items[2]) ||
+        !Int(source->items[2])) {
+      return Bad("a malformed source range");
+    }
+    if (with_table_) {
+      const PickleNode& pieces = At(source->items[0]);
+      if (pieces.kind != Kind::kList || pieces.type_tag != "List[int]" ||
+          !Int(source->items[1]) || !InTable(At(source->items[1]).int_value)) {
+        return Bad("a malformed source");
+      }
+      for (uint32_t piece : pieces.items) {
+        if (!Int(piece) || !InTable(At(piece).int_value)) return Bad("a text index out of range");
+      }
+    } else {
+      const PickleNode& text = At(source->items[0]);
+      const Kind filename = At(source->items[1]).kind;
+      if (text.kind != Kind::kString || (filename != Kind::kString && filename != Kind::kNone)) {
+        return Bad("a malformed source");
+      }
+    }
+    // Ranges may reach past their text (LibTorch writes [0, 1) over an empty source, and
+    // clamps ranges where it prints them), but they are never negative.
+    if (At(range->items[1]).int_value < 0 || At(range->items[2]).int_value < 0) {
+      return Bad("a negative source range");
+    }
+    return absl::OkStatus();
+  }
+  bool InTable(int64_t index) const {
+    return index >= 0 && static_cast<uint64_t>(index) < table_size_;
+  }
+
+  const PickleValues& values_;
+  bool with_table_ = false;
+  size_t table_size_ = 0;
+};
+
+struct RunPickleRecord {
+  PickleValues values;
+  std::vector<std::string> tensor_names;
+  std::vector<ZipArchive::Entry> storage_records;
+};
+
+// Runs one pickle record and checks what it holds.
+absl::StatusOr<RunPickleRecord> CheckPickleRecord(const ZipArchive& zip,
+                                                  const ZipArchive::Entry& entry,
+                                                  absl::string_view record_directory,
+                                                  const PickleOptions& options) {
+  const std::string where = absl::CHexEscape(entry.name);
+  absl::StatusOr<std::string> program = zip.Read(entry);
+  if (!program.ok()) return program.status();
+  absl::StatusOr<PickleValues> values = RunPickle(*program, options);
+  if (!values.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", values.status().message()));
+  }
+  RunPickleRecord run;
+  run.values = *std::move(values);
+  if (absl::Status s = TensorNamer(run.values).Walk(&run.tensor_names); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  }
+  if (absl::Status s = CheckTensors(run.values, run.tensor_names, zip, record_directory,
+                                    &run.storage_records);
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  }
+  return run;
+}
+
+absl::Status Invalid(ArchiveKind kind, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      kind == ArchiveKind::kTorchSave ? "not a torch.save file torchlens reads"
+                                      : "not a valid TorchScript archive",
+      ": ", why));
 }
 
 }  // namespace
 
-absl::Status CheckTorchArchive(const std::vector<char>& data) {
-  const Bytes bytes(data);
-  if (bytes.size() < 22) return Bad("too short to be a zip archive");
-  // The end-of-central-directory record: last 22 bytes, before any trailing comment.
-  uint64_t eocd = UINT64_MAX;
-  const uint64_t lowest = bytes.size() > 22 + 65535 ? bytes.size() - 22 - 65535 : 0;
-  for (uint64_t at = bytes.size() - 22 + 1; at-- > lowest;) {
-    if (bytes.Read(at, 4) == kEndOfDirectory) {
-      eocd = at;
-      break;
-    }
+absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, ArchiveKind kind) {
+  absl::StatusOr<ZipArchive> zip = ZipArchive::Open(bytes);
+  if (!zip.ok()) return Invalid(kind, zip.status().message());
+  const bool script = kind == ArchiveKind::kTorchScript;
+  const ZipArchive::Entry* data = zip->Find("data.pkl");
+  if (data == nullptr) {
+    return Invalid(kind, absl::StrCat("no record ", absl::CHexEscape(zip->prefix()), "data.pkl"));
   }
-  if (eocd == UINT64_MAX) return Bad("no zip end-of-directory record (truncated?)");
-  uint64_t entries = bytes.Read(eocd + 10, 2);
-  uint64_t directory_size = bytes.Read(eocd + 12, 4);
-  uint64_t directory_offset = bytes.Read(eocd + 16, 4);
-  if (eocd >= 20 && bytes.Read(eocd - 20, 4) == kZip64Locator) {
-    const uint64_t zip64 = bytes.Read(eocd - 20 + 8, 8);
-    if (!bytes.Has(zip64, 56) || bytes.Read(zip64, 4) != kZip64EndOfDirectory) {
-      return Bad("a zip64 locator points outside the file");
-    }
-    entries = bytes.Read(zip64 + 32, 8);
-    directory_size = bytes.Read(zip64 + 40, 8);
-    directory_offset = bytes.Read(zip64 + 48, 8);
-  }
-  if (!bytes.Has(directory_offset, directory_size)) {
-    return Bad("the zip directory lies outside the file");
-  }
-  uint64_t at = directory_offset;
-  uint64_t pickle_begin = 0, pickle_end = 0;
-  bool has_pickle = false;
-  for (uint64_t entry = 0; entry < entries; ++entry) {
-    if (!bytes.Has(at, 46) || bytes.Read(at, 4) != kDirectoryEntry) {
-      return Bad("a zip directory entry is malformed");
-    }
-    const uint64_t method = bytes.Read(at + 10, 2);
-    uint64_t compressed = bytes.Read(at + 20, 4);
-    uint64_t size = bytes.Read(at + 24, 4);
-    const uint64_t name_length = bytes.Read(at + 28, 2);
-    const uint64_t extra_length = bytes.Read(at + 30, 2);
-    const uint64_t comment_length = bytes.Read(at + 32, 2);
-    uint64_t local = bytes.Read(at + 42, 4);
-    if (!bytes.Has(at + 46, name_length + extra_length + comment_length)) {
-      return Bad("a zip directory entry runs past the end");
-    }
-    const absl::string_view name = bytes.View(at + 46, name_length);
-    // ZIP64 extra field: 64-bit sizes and offset for the fields saturated above.
-    for (uint64_t x = at + 46 + name_length; x + 4 <= at + 46 + name_length + extra_length;) {
-      const uint64_t id = bytes.Read(x, 2);
-      const uint64_t length = bytes.Read(x + 2, 2);
-      if (x + 4 + length > at + 46 + name_length + extra_length) break;
-      if (id == 0x0001) {
-        uint64_t field = x + 4;
-        auto take = [&](uint64_t* value) {
-          if (*value == 0xFFFFFFFF && field + 8 <= x + 4 + length) {
-            *value = bytes.Read(field, 8);
-            field += 8;
-          }
-        };
-        take(&size);
-        take(&compressed);
-        take(&local);
+  // TorchScript archives hold module objects, and LibTorch's unpickler reads them.
+  const PickleOptions options{/*allow_objects=*/script, /*libtorch_dialect=*/script};
+  absl::StatusOr<RunPickleRecord> run = CheckPickleRecord(*zip, *data, "data/", options);
+  if (!run.ok()) return Invalid(kind, run.status().message());
+  if (script) {
+    // The other pickles torch::jit::load runs: the tensor constants of the code, and the
+    // debug information behind the source lines of error messages.
+    bool has_code = false;
+    for (const ZipArchive::Entry& entry : zip->entries()) {
+      absl::string_view name = entry.name;
+      if (!absl::ConsumePrefix(&name, zip->prefix())) continue;
+      has_code = has_code || absl::StartsWith(name, "code/");
+      const bool constants = name == "constants.pkl";
+      if (!constants && !(absl::StartsWith(name, "code/") && absl::EndsWith(name, ".debug_pkl"))) {
+        continue;
       }
-      x += 4 + length;
+      absl::StatusOr<RunPickleRecord> other =
+          CheckPickleRecord(*zip, entry, constants ? "constants/" : "", options);
+      if (!other.ok()) return Invalid(kind, other.status().message());
+      if (!constants) {  // NOTE [Debug information]
+        if (absl::Status s = DebugInfoCheck(other->values).Run(); !s.ok()) {
+          return Invalid(kind, absl::StrCat(absl::CHexEscape(entry.name), ": ", s.message()));
+        }
+      }
     }
-    if (method != 0 || compressed != size) {
-      return Bad(absl::StrCat("zip entry ", name, " is compressed; torch.save stores entries"));
+    if (!has_code) {
+      return Invalid(kind, "it holds no code (data saved with torch.save, not a module?)");
     }
-    if (!bytes.Has(local, 30) || bytes.Read(local, 4) != kLocalHeader) {
-      return Bad(absl::StrCat("zip entry ", name, " points outside the file"));
-    }
-    const uint64_t data = local + 30 + bytes.Read(local + 26, 2) + bytes.Read(local + 28, 2);
-    if (!bytes.Has(data, size)) {
-      return Bad(absl::StrCat("zip entry ", name, " claims ", size, " bytes past the end"));
-    }
-    if (absl::EndsWith(name, "/data.pkl")) {
-      has_pickle = true;
-      pickle_begin = data;
-      pickle_end = data + size;
-    }
-    at += 46 + name_length + extra_length + comment_length;
   }
-  if (!has_pickle) return Bad("no data.pkl record");
-  return CheckPickle(bytes, pickle_begin, pickle_end);
+  CheckedArchive checked{*std::move(zip), std::move(run->values), std::move(run->storage_records),
+                         std::move(run->tensor_names)};
+  return checked;
 }
 
 }  // namespace torchlens

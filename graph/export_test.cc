@@ -179,6 +179,18 @@ TEST(TraceFileTest, PickleOpcodesThatPopAnEmptyStackAreRejected) {
               HasSubstr("takes values the stack does not hold"));
 }
 
+// LibTorch 1.13 pickles sparse tensors as a _rebuild_sparse_tensor call Python's torch.load
+// rejects ("takes 2 positional arguments but 6 were given"): refused, nothing written.
+TEST(TraceFileTest, SparseTensorsAreRefusedNamingTheOp) {
+  const Trace trace = Capture("sparse_output");
+  const std::string path = Temp("sparse.trace.pt");
+  const absl::Status saved = SaveTrace(trace, path);
+  EXPECT_EQ(saved.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(saved.message()),
+              HasSubstr("cannot write a trace file: op 'to_sparse_1_2:1' holds a sparse tensor"));
+  EXPECT_FALSE(std::ifstream(path).good());
+}
+
 TEST(JsonExportTest, MetadataWithAVersionedSchema) {
   const Trace trace = Capture("bn2d_train");
   const nlohmann::json json = nlohmann::json::parse(*TraceToJson(trace));

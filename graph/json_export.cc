@@ -1,11 +1,9 @@
 #include "graph/json_export.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "graph/file_io.h"
 
 namespace torchlens {
 namespace {
@@ -124,15 +122,7 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
 absl::Status WriteJson(const Trace& trace, const std::string& path, const JsonMembers& extra) {
   absl::StatusOr<std::string> json = TraceToJson(trace, extra);
   if (!json.ok()) return json.status();
-  std::ofstream out(path);
-  if (!out.good()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write JSON to '", path, "': ", std::strerror(errno)));
-  }
-  out << *json << "\n";
-  out.close();
-  if (!out.good()) return absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
-  return absl::OkStatus();
+  return WriteFileBytes(path, absl::StrCat(*json, "\n"), "JSON file");
 }
 
 }  // namespace torchlens

@@ -47,7 +47,7 @@ using JsonMembers = std::vector<std::pair<std::string, std::string>>;
 // Indented JSON text. kInvalidArgument when an extra member is not valid JSON.
 absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& extra = {});
 
-// Writes TraceToJson(trace, extra) to `path`.
+// Writes TraceToJson(trace, extra) to `path`; errors as WriteFileBytes (file_io.h) gives them.
 absl::Status WriteJson(const Trace& trace, const std::string& path, const JsonMembers& extra = {});
 
 }  // namespace torchlens

@@ -3,12 +3,10 @@
 #include <graphviz/cgraph.h>
 #include <graphviz/gvc.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <vector>
 
@@ -17,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include <mutex>
 #include "graph/dead_nodes.h"
+#include "graph/file_io.h"
 #include "graph/summary.h"
 
 namespace torchlens {
@@ -208,26 +206,28 @@ absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOpt
   if (context == nullptr) return absl::InternalError("Graphviz: cannot create a context");
   Agraph_t* graph = agmemread(dot.c_str());
   if (graph == nullptr) return absl::InternalError("Graphviz: cannot parse the generated DOT");
+  // NOTE [Graphviz never writes files]
+  // Graphviz's own file output ends the process when a write fails (`gvwrite_no_z
+  // problem 7`, then exit(1): a full disk or /dev/full). It therefore renders into
+  // memory, where writes cannot fail, and WriteFileBytes writes the file with every error
+  // a status.
   absl::Status status;
+  char* rendered = nullptr;
+  unsigned int length = 0;
   if (gvLayout(context, graph, "dot") != 0) {
     status = absl::InternalError("Graphviz: layout failed");
   } else {
-    FILE* file = std::fopen(path.c_str(), "wb");
-    if (file == nullptr) {
-      status = absl::Status(
-          errno == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kPermissionDenied,
-          absl::StrCat("cannot write '", path, "': ", std::strerror(errno)));
-    } else {
-      if (gvRender(context, graph, format.c_str(), file) != 0) {
-        status = absl::InternalError(absl::StrCat("Graphviz: rendering ", format, " failed"));
-      }
-      if (std::fclose(file) != 0 && status.ok()) {
-        status = absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
-      }
+    if (gvRenderData(context, graph, format.c_str(), &rendered, &length) != 0 ||
+        rendered == nullptr) {
+      status = absl::InternalError(absl::StrCat("Graphviz: rendering ", format, " failed"));
     }
     gvFreeLayout(context, graph);
   }
   agclose(graph);
+  if (status.ok()) {
+    status = WriteFileBytes(path, absl::string_view(rendered, length), "rendered graph");
+  }
+  if (rendered != nullptr) gvFreeRenderData(rendered);
   return status;
 }
 

@@ -35,7 +35,8 @@ std::string RenderDot(const Trace& trace, RenderOptions options = {});
 
 // Lays out the DOT graph with Graphviz (in process) and writes `path`, whose extension
 // (.svg, .png, .pdf) picks the format. kInvalidArgument for another extension; kInternal
-// when Graphviz fails; kPermissionDenied / kNotFound when the file cannot be written.
+// when Graphviz fails; a failed write is a status (WriteFileBytes: kResourceExhausted for
+// a full disk, kPermissionDenied, kNotFound), never the end of the process.
 absl::Status RenderToFile(const Trace& trace, const std::string& path, RenderOptions options = {});
 
 // Whether `op` is a buffer version shown under `show`.

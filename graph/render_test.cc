@@ -2,6 +2,7 @@
 #include "graph/render.h"
 
 #include <torch/script.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -99,6 +100,14 @@ TEST(RenderTest, SvgHasOneNodePerVisibleOp) {
   }
   EXPECT_EQ(RenderToFile(trace, "graph.gif").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RenderToFile(trace, "/nonexistent/dir/graph.svg").code(), absl::StatusCode::kNotFound);
+  // A failed write is a status: Graphviz's own file output ended the process instead.
+  for (const char* format : {"svg", "png", "pdf"}) {
+    const std::string full = absl::StrCat(testing::TempDir(), "/full.", format);
+    ASSERT_EQ(::symlink("/dev/full", full.c_str()), 0);
+    const absl::Status status = RenderToFile(trace, full);
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << format;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("No space left on device")) << format;
+  }
 }
 
 TEST(RenderTest, DeadComputationIsDottedOrHiddenAndConstantsAreNotes) {

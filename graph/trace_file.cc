@@ -2,42 +2,21 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "graph/archive_check.h"
+#include "graph/file_io.h"
+#include "graph/torch_load.h"
 
 namespace torchlens {
 namespace {
-
-// Reads of a byte buffer that never go past its end (see LoadPickled).
-class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BoundedReader(const std::vector<char>& bytes) : bytes_(bytes) {}
-  size_t size() const override { return bytes_.size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
-    if (pos >= bytes_.size()) return 0;
-    const size_t available = std::min<uint64_t>(n, bytes_.size() - pos);
-    std::memcpy(buf, bytes_.data() + pos, available);
-    return available;
-  }
-
- private:
-  const std::vector<char>& bytes_;
-};
 
 using Dict = c10::impl::GenericDict;
 using List = c10::impl::GenericList;
@@ -89,6 +68,61 @@ c10::IValue GeometryToIValue(const TensorGeometry& geometry) {
   d.insert("strides", Ints(geometry.strides));
   d.insert("storage_offset", geometry.storage_offset);
   return d;
+}
+
+// A tensor Python's torch.load could not read back, or nullptr. LibTorch 1.13 pickles a
+// sparse tensor as a call of torch._utils._rebuild_sparse_tensor with arguments that
+// Python's function of that name does not take; other layouts (MKL-DNN) it cannot pickle.
+const char* UnsavableLayout(const c10::IValue& value) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (!t.defined() || t.layout() == at::kStrided) return nullptr;
+    return t.is_sparse() ? "sparse" : "non-strided";
+  }
+  if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      if (const char* layout = UnsavableLayout(element)) return layout;
+    }
+  }
+  if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      if (const char* layout = UnsavableLayout(element)) return layout;
+    }
+  }
+  return nullptr;
+}
+
+// Every tensor the file would hold must be one Python reads (UnsavableLayout).
+absl::Status CheckSavable(const Trace& trace) {
+  auto refuse = [](absl::string_view where, const char* layout) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot write a trace file: ", where, " holds a ", layout,
+        " tensor, and trace files hold strided tensors only (LibTorch 1.13 writes sparse "
+        "tensors in a form Python's torch.load cannot read); capture with "
+        "save_activations = false (--no_save), or make the model return dense tensors"));
+  };
+  for (const Op& op : trace.ops()) {
+    const std::string where = absl::StrCat("op '", op.label, "'");
+    for (const at::Tensor& t : op.outs) {
+      if (const char* layout = UnsavableLayout(t)) return refuse(where, layout);
+    }
+    for (const c10::IValue& arg : op.creation_args) {
+      if (const char* layout = UnsavableLayout(arg)) {
+        return refuse(absl::StrCat("an argument of ", where), layout);
+      }
+    }
+    for (const at::Tensor& t : {op.out, op.rng_state}) {
+      if (const char* layout = UnsavableLayout(t)) return refuse(where, layout);
+    }
+  }
+  for (const auto& [address, buffer] : trace.buffers()) {
+    for (const at::Tensor& t : {buffer.initial_value, buffer.final_value}) {
+      if (const char* layout = UnsavableLayout(t)) {
+        return refuse(absl::StrCat("buffer '", address, "'"), layout);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 c10::IValue OpToIValue(const Op& op) {
@@ -307,116 +341,7 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
   return op;
 }
 
-}  // namespace
-
-absl::Status SaveTrace(const Trace& trace, const std::string& path) {
-  Dict root = NewDict();
-  root.insert("format", std::string(kTraceFileFormat));
-  root.insert("version", static_cast<int64_t>(kTraceFileVersion));
-  root.insert("training", trace.training());
-  root.insert("has_saved_values", trace.has_saved_values());
-  List ops = NewList();
-  for (const Op& op : trace.ops()) ops.push_back(OpToIValue(op));
-  root.insert("ops", ops);
-  List buffers = NewList();
-  for (const auto& [address, buffer] : trace.buffers()) {
-    Dict d = NewDict();
-    d.insert("address", address);
-    d.insert("module_address", buffer.module_address);
-    d.insert("initial_value", TensorOrNone(buffer.initial_value));
-    d.insert("final_value", TensorOrNone(buffer.final_value));
-    buffers.push_back(d);
-  }
-  root.insert("buffers", buffers);
-  List modules = NewList();
-  for (const auto& [address, module] : trace.modules()) {
-    Dict d = NewDict();
-    d.insert("address", address);
-    d.insert("type_name", module.type_name);
-    d.insert("buffers", Strings(module.buffers));
-    d.insert("params", Strings(module.params));
-    modules.push_back(d);
-  }
-  root.insert("modules", modules);
-  List params = NewList();
-  for (const auto& [address, param] : trace.params()) {
-    Dict d = NewDict();
-    d.insert("address", address);
-    d.insert("shape", Ints(param.shape));
-    d.insert("module_address", param.module_address);
-    params.push_back(d);
-  }
-  root.insert("params", params);
-  List diagnostics = NewList();
-  for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {
-    Dict d = NewDict();
-    d.insert("address", diagnostic.address);
-    d.insert("message", diagnostic.message);
-    d.insert("label", diagnostic.label);
-    diagnostics.push_back(d);
-  }
-  root.insert("diagnostics", diagnostics);
-  const CaptureStats& s = trace.capture_stats();
-  Dict stats = NewDict();
-  stats.insert("user_ops", s.user_ops);
-  stats.insert("nested_ops", s.nested_ops);
-  stats.insert("buffer_slot_reads", s.buffer_slot_reads);
-  stats.insert("copy_on_write_clones", s.copy_on_write_clones);
-  stats.insert("marked_sites", s.marked_sites);
-  stats.insert("interpreter_sites", s.interpreter_sites);
-  root.insert("capture_stats", stats);
-
-  std::vector<char> bytes;
-  try {
-    bytes = torch::jit::pickle_save(root);
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    return absl::InternalError(
-        absl::StrCat("cannot serialize the trace: ", what.substr(0, what.find('\n'))));
-  }
-  std::ofstream out(path, std::ios::binary);
-  if (!out.good()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write trace file '", path, "': ", std::strerror(errno)));
-  }
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out.good()) return absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Trace> LoadTrace(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open trace file '", path, "': ", std::strerror(errno)));
-  }
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  absl::StatusOr<Trace> trace = ParseTraceFile(bytes);
-  if (!trace.ok()) {
-    return absl::Status(trace.status().code(),
-                        absl::StrCat("'", path, "': ", trace.status().message()));
-  }
-  return trace;
-}
-
-absl::StatusOr<c10::IValue> LoadPickled(const std::vector<char>& bytes) {
-  // See NOTE [Untrusted archives].
-  if (absl::Status checked = CheckTorchArchive(bytes); !checked.ok()) return checked;
-  try {
-    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
-    return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
-                                             /*type_resolver=*/c10::nullopt,
-                                             /*obj_loader=*/c10::nullopt,
-                                             /*device=*/c10::nullopt, reader);
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "not a torch.save file (truncated or corrupt?): ", what.substr(0, what.find('\n'))));
-  }
-}
-
-absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
+absl::StatusOr<Trace> ParseTrace(absl::string_view bytes) {
   absl::StatusOr<c10::IValue> loaded = LoadPickled(bytes);
   if (!loaded.ok()) {
     return absl::InvalidArgumentError(
@@ -499,6 +424,93 @@ absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed trace file: ", what.substr(0, what.find('\n'))));
   }
+}
+
+}  // namespace
+
+absl::Status SaveTrace(const Trace& trace, const std::string& path) {
+  if (absl::Status savable = CheckSavable(trace); !savable.ok()) return savable;
+  Dict root = NewDict();
+  root.insert("format", std::string(kTraceFileFormat));
+  root.insert("version", static_cast<int64_t>(kTraceFileVersion));
+  root.insert("training", trace.training());
+  root.insert("has_saved_values", trace.has_saved_values());
+  List ops = NewList();
+  for (const Op& op : trace.ops()) ops.push_back(OpToIValue(op));
+  root.insert("ops", ops);
+  List buffers = NewList();
+  for (const auto& [address, buffer] : trace.buffers()) {
+    Dict d = NewDict();
+    d.insert("address", address);
+    d.insert("module_address", buffer.module_address);
+    d.insert("initial_value", TensorOrNone(buffer.initial_value));
+    d.insert("final_value", TensorOrNone(buffer.final_value));
+    buffers.push_back(d);
+  }
+  root.insert("buffers", buffers);
+  List modules = NewList();
+  for (const auto& [address, module] : trace.modules()) {
+    Dict d = NewDict();
+    d.insert("address", address);
+    d.insert("type_name", module.type_name);
+    d.insert("buffers", Strings(module.buffers));
+    d.insert("params", Strings(module.params));
+    modules.push_back(d);
+  }
+  root.insert("modules", modules);
+  List params = NewList();
+  for (const auto& [address, param] : trace.params()) {
+    Dict d = NewDict();
+    d.insert("address", address);
+    d.insert("shape", Ints(param.shape));
+    d.insert("module_address", param.module_address);
+    params.push_back(d);
+  }
+  root.insert("params", params);
+  List diagnostics = NewList();
+  for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {
+    Dict d = NewDict();
+    d.insert("address", diagnostic.address);
+    d.insert("message", diagnostic.message);
+    d.insert("label", diagnostic.label);
+    diagnostics.push_back(d);
+  }
+  root.insert("diagnostics", diagnostics);
+  const CaptureStats& s = trace.capture_stats();
+  Dict stats = NewDict();
+  stats.insert("user_ops", s.user_ops);
+  stats.insert("nested_ops", s.nested_ops);
+  stats.insert("buffer_slot_reads", s.buffer_slot_reads);
+  stats.insert("copy_on_write_clones", s.copy_on_write_clones);
+  stats.insert("marked_sites", s.marked_sites);
+  stats.insert("interpreter_sites", s.interpreter_sites);
+  root.insert("capture_stats", stats);
+
+  std::vector<char> bytes;
+  try {
+    bytes = torch::jit::pickle_save(root);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return absl::InternalError(
+        absl::StrCat("cannot serialize the trace: ", what.substr(0, what.find('\n'))));
+  }
+  return WriteFileBytes(path, absl::string_view(bytes.data(), bytes.size()), "trace file");
+}
+
+absl::StatusOr<Trace> LoadTrace(const std::string& path) {
+  absl::StatusOr<FileBytes> read = ReadFileBytes(
+      path, {"trace file", "a trace file written by torchlens (SaveTrace or --save)"});
+  if (!read.ok()) return read.status();
+  absl::StatusOr<Trace> trace = ParseTrace(read->view());
+  if (!trace.ok()) {
+    return absl::Status(trace.status().code(),
+                        absl::StrCat("'", path, "': ", trace.status().message()));
+  }
+  return trace;
+}
+
+absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
+  return ParseTrace(absl::string_view(bytes.data(), bytes.size()));
 }
 
 }  // namespace torchlens

@@ -31,19 +31,18 @@ namespace torchlens {
 inline constexpr char kTraceFileFormat[] = "torchlens.trace";
 inline constexpr int kTraceFileVersion = 2;
 
+// kInvalidArgument, writing nothing, when a tensor of the trace is sparse (or of another
+// non-strided layout): LibTorch 1.13 would write it in a form Python's torch.load cannot
+// read. Write errors as WriteFileBytes (file_io.h) gives them.
 absl::Status SaveTrace(const Trace& trace, const std::string& path);
 
-// kNotFound: no such file. kInvalidArgument: not a trace file, truncated or corrupt.
-// kFailedPrecondition: a trace file of another version.
+// kNotFound: no such file. kInvalidArgument: not a trace file, truncated or corrupt (the
+// bytes are checked and read by torch_load.h, never by LibTorch's unpickler), or not a
+// file (graph/file_io.h). kFailedPrecondition: a trace file of another version.
 absl::StatusOr<Trace> LoadTrace(const std::string& path);
 
 // The same, from the bytes of a file (for tests and fuzzing).
 absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes);
-
-// The value in bytes written by `torch.save` / `torch::pickle_save`: `torch::pickle_load`
-// with reads bounded by the buffer (LibTorch 1.13's own reader trusts the archive's
-// offsets and reads past the end of a truncated one). kInvalidArgument for anything else.
-absl::StatusOr<c10::IValue> LoadPickled(const std::vector<char>& bytes);
 
 }  // namespace torchlens
 

@@ -3,7 +3,9 @@
 #include <limits>
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -19,7 +21,9 @@ const char kUsage[] =
     "                 [--show_buffers never|meaningful|always] [--json FILE] [--save FILE]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
-    "buffers. Without --model it traces the bundled demo model (testdata/demo.pt).\n"
+    "buffers. Without --model it traces the demo model bundled with the binary (its\n"
+    "runfiles' testdata/demo.pt, never one in the current directory). Each flag may be\n"
+    "given once (--edit repeats); a flag's value may not be empty.\n"
     "  --model FILE        TorchScript archive saved with torch.jit.save\n"
     "  --input_shape S     random normal inputs of these shapes (';' between inputs)\n"
     "  --input FILE        inputs saved from Python with torch.save (a tensor or a\n"
@@ -92,6 +96,7 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text) {
 
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args) {
   CliOptions options;
+  absl::flat_hash_set<std::string> seen;
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
     if (!absl::ConsumePrefix(&arg, "--")) {
@@ -104,12 +109,24 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       name = std::string(arg.substr(0, eq));
       value = std::string(arg.substr(eq + 1));
     }
+    // A second --model (or any flag but --edit) would silently replace the first.
+    if (name != "edit" && !seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " is given twice; give it once (only --edit repeats)"));
+    }
     auto take_value = [&]() -> absl::StatusOr<std::string> {
-      if (value.has_value()) return *value;
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      if (!value.has_value()) {
+        if (i + 1 >= args.size()) {
+          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+        }
+        value = args[++i];
       }
-      return args[++i];
+      // `--model=` or `--save ''` (an unset shell variable) must not mean "the default".
+      if (value->empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " is empty; give a value or leave the flag out"));
+      }
+      return *value;
     };
     auto no_value = [&]() -> absl::Status {
       if (value.has_value()) {
@@ -138,6 +155,11 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       } else if (name == "summary") {
         options.summary_file = *v;
       } else if (name == "render") {
+        if (!absl::EndsWithIgnoreCase(*v, ".svg") && !absl::EndsWithIgnoreCase(*v, ".png") &&
+            !absl::EndsWithIgnoreCase(*v, ".pdf")) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--render \"", *v, "\": the file name must end in .svg, .png or .pdf"));
+        }
         options.render_file = *v;
       } else if (name == "json") {
         options.json_file = *v;

@@ -45,7 +45,9 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
 
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
 // --summary, --validate, --edit (repeatable), --render, --show_buffers, --json, --save,
-// --help; each as "--flag=value" or "--flag value".
+// --help; each as "--flag=value" or "--flag value". kInvalidArgument for an unknown flag,
+// a flag given twice (except --edit), an empty value ("--model=", "--save ''"), or a
+// value the flag does not take.
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);
 
 extern const char kUsage[];

@@ -1,5 +1,6 @@
 #include "tools/cli_flags.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -62,6 +63,7 @@ TEST(ParseCommandLine, RejectsMistakes) {
                                                      {"--mode=fast"},
                                                      {"--seed=x"},
                                                      {"--no_save=1"},
+                                                     {"--render=graph.txt"},
                                                      {"--input=a.pt", "--input_shape=1"}};
   for (const std::vector<std::string>& args : bad) {
     absl::StatusOr<CliOptions> options = ParseCommandLine(args);
@@ -69,6 +71,41 @@ TEST(ParseCommandLine, RejectsMistakes) {
   }
   EXPECT_THAT(std::string(ParseCommandLine({"--bogus"}).status().message()),
               HasSubstr("unknown flag --bogus"));
+}
+
+TEST(ParseCommandLine, EmptyValuesAreErrors) {
+  // An empty value (an unset shell variable) must not fall back to the default: "--model="
+  // used to trace the bundled demo model.
+  for (const char* flag : {"model", "input", "input_shape", "summary", "render", "json", "save",
+                           "mode", "seed", "show_buffers", "edit"}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{absl::StrCat("--", flag, "=")},
+          std::vector<std::string>{absl::StrCat("--", flag), ""}}) {
+      absl::StatusOr<CliOptions> options = ParseCommandLine(args);
+      EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument) << flag;
+      EXPECT_THAT(std::string(options.status().message()),
+                  HasSubstr(absl::StrCat("--", flag, " is empty")))
+          << flag;
+    }
+  }
+}
+
+TEST(ParseCommandLine, RepeatedFlagsAreErrorsExceptEdit) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--model=a.pt", "--model=b.pt"},
+        std::vector<std::string>{"--json", "a.json", "--json=b.json"},
+        std::vector<std::string>{"--validate", "--validate"},
+        std::vector<std::string>{"--input_shape=1", "--input_shape=2"}}) {
+    absl::StatusOr<CliOptions> options = ParseCommandLine(args);
+    EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument) << args[0];
+    EXPECT_THAT(std::string(options.status().message()), HasSubstr("is given twice")) << args[0];
+  }
+  absl::StatusOr<CliOptions> edits =
+      ParseCommandLine({"--edit", "relu_1_2:1=5", "--edit=linear_1_1:1=-1"});
+  ASSERT_TRUE(edits.ok()) << edits.status();
+  ASSERT_EQ(edits->edits.size(), 2u);
+  EXPECT_EQ(edits->edits[0].label, "relu_1_2:1");
+  EXPECT_EQ(edits->edits[1].value, -1.0);
 }
 
 }  // namespace

@@ -689,6 +689,82 @@ class ThresholdGuard(nn.Module):
         return torch.where(x.abs() > 100.0, x, torch.zeros_like(x)) + x
 
 # ---------------------------------------------------------------------------------------
+# Issue 17: hostile inputs and faults.
+
+class ChecksInput(nn.Module):
+    """Asserts and raises on its input: a failing forward names the cause and the line."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        assert x.dim() == 2, "expected a 2-D input"
+        if bool(x.sum() > 100):
+            raise ValueError("the input sums to more than 100")
+        return self.fc(x)
+
+
+def _double(x):
+    return x * 2
+
+
+def _double_on_another_thread(x):
+    return torch.jit.wait(torch.jit.fork(_double, x))
+
+
+class Forks(nn.Module):
+    """torch.jit.fork / wait: the mul runs on one of the interpreter's other threads."""
+
+    def forward(self, x):
+        future = torch.jit.fork(_double, x)
+        y = torch.relu(x)
+        return torch.jit.wait(future) + y
+
+
+class ForksInHelper(nn.Module):
+    """The fork hides in a free function the forward calls."""
+
+    def forward(self, x):
+        return _double_on_another_thread(x) + 1
+
+
+class SparseOutput(nn.Module):
+    """Returns a sparse tensor: trace files cannot hold it in a form Python reads."""
+
+    def forward(self, x):
+        return torch.relu(x).to_sparse()
+
+
+class NestedLeaf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class NestedWrap(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return torch.relu(self.inner(x))
+
+
+def nested(depth):
+    """`depth` modules, each wrapping the next: inner.inner.(...).fc (issue 17)."""
+    def make():
+        module = NestedLeaf()
+        for _ in range(depth):
+            module = NestedWrap(module)
+        return module
+    return make
+
+
+# ---------------------------------------------------------------------------------------
 
 def randomize_running_stats(module):
     """Non-trivial running statistics, so that eval-mode models use them visibly."""
@@ -762,6 +838,11 @@ def models():
         "chunk_heads": (ChunkHeads, [rand(2, 4)], False),
         "divide_by_zero": (DivideByZero, [rand(2, 3)], False),
         "positive_select": (PositiveSelect, [rand(2, 3)], False),
+        "checks_input": (ChecksInput, [rand(2, 3)], False),
+        "forks": (Forks, [rand(2, 3)], False),
+        "forks_in_helper": (ForksInHelper, [rand(2, 3)], False),
+        "sparse_output": (SparseOutput, [rand(2, 3)], False),
+        "nested_150": (nested(150), [rand(1, 2)], False),
     }
 
 
@@ -827,7 +908,7 @@ class Expected(nn.Module):
 
 def flatten_outputs(out):
     if isinstance(out, torch.Tensor):
-        return [out]
+        return [out.to_dense() if out.is_sparse else out]
     result = []
     for item in out:
         result.extend(flatten_outputs(item))
@@ -870,6 +951,7 @@ def generate(name, factory, inputs, training):
 
 
 def main():
+    sys.setrecursionlimit(20000)  # scripting nested_150 recurses through every level
     os.makedirs(OUT, exist_ok=True)
     # An input file for `torchlens --input` (torch.save of a tensor).
     torch.save(torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(7)),

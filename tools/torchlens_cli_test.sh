@@ -2,7 +2,7 @@
 # End-to-end checks of the torchlens command-line tool: the bundled trace, the user's
 # model and inputs, and one-line errors with exit code 2 for every kind of bad input.
 set -uo pipefail
-TOOL=tools/torchlens
+TOOL=$PWD/tools/torchlens
 failures=0
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -53,11 +53,114 @@ expect_error "missing model" "does not exist" --model "$TEST_TMPDIR/nope.pt" --i
 : >"$TEST_TMPDIR/empty.pt"
 expect_error "empty model" "is empty" --model "$TEST_TMPDIR/empty.pt" --input_shape 1
 head -c 4000 testdata/demo.pt >"$TEST_TMPDIR/truncated.pt"
-expect_error "truncated model" "not a complete TorchScript archive" --model "$TEST_TMPDIR/truncated.pt" --input_shape 1
+expect_error "truncated model" "is not a valid TorchScript archive" --model "$TEST_TMPDIR/truncated.pt" --input_shape 1
 echo "not a model" >"$TEST_TMPDIR/text.pt"
-expect_error "text model" "not a complete TorchScript archive" --model "$TEST_TMPDIR/text.pt" --input_shape 1
+expect_error "text model" "is not a valid TorchScript archive" --model "$TEST_TMPDIR/text.pt" --input_shape 1
 expect_error "no inputs for user model" "input_shape" --model testdata/demo.pt
 expect_error "bad input file" "torch.save" --input testdata/demo.pt
+
+# Empty and repeated flag values are errors, never the default or the last value.
+expect_error "empty --model" "--model is empty" --model=
+expect_error "empty --save" "--save is empty" --save ""
+expect_error "empty --json" "--json is empty" --json=
+expect_error "empty --render" "--render is empty" --render ""
+expect_error "repeated --model" "--model is given twice" --model testdata/demo.pt --model=testdata/mlp.pt
+expect_error "render extension" "must end in .svg, .png or .pdf" --render "$TEST_TMPDIR/graph.txt"
+
+# Without --model: the model in the binary's runfiles, not a testdata/demo.pt that happens
+# to lie in the current directory.
+mkdir -p "$TEST_TMPDIR/elsewhere/testdata"
+echo "not a model" >"$TEST_TMPDIR/elsewhere/testdata/demo.pt"
+(cd "$TEST_TMPDIR/elsewhere" && "$TOOL" >"$TEST_TMPDIR/bundled.txt" 2>"$TEST_TMPDIR/err") ||
+  fail "bundled model from another directory: $(cat "$TEST_TMPDIR/err")"
+grep -qF "conv2d_1_2:1" "$TEST_TMPDIR/bundled.txt" || fail "bundled run from another directory lacks conv2d_1_2:1"
+grep -qF "elsewhere" "$TEST_TMPDIR/bundled.txt" && fail "bundled run traced the current directory's testdata/demo.pt"
+
+# Output that cannot be written: one error line, exit code 2, and every other output written.
+# Graphviz used to end the process on a failed write (gvwrite_no_z problem 7, exit 1).
+for format in svg png pdf; do
+  ln -sf /dev/full "$TEST_TMPDIR/full.$format"
+  rm -f "$TEST_TMPDIR/beside.json"
+  expect_error "render $format to a full disk" "No space left on device" \
+    --render "$TEST_TMPDIR/full.$format" --json "$TEST_TMPDIR/beside.json"
+  grep -q '"ops"' "$TEST_TMPDIR/beside.json" 2>/dev/null || fail "render $format to a full disk: --json not written"
+  grep -qF "conv2d_1_2:1" "$TEST_TMPDIR/out" || fail "render $format to a full disk: no summary"
+done
+"$TOOL" >/dev/full 2>"$TEST_TMPDIR/err"
+[[ $? -eq 2 ]] || fail "summary to a full stdout: exit code is not 2"
+[[ $(wc -l <"$TEST_TMPDIR/err") -eq 1 ]] && grep -q "^torchlens: error: cannot write the summary to standard output: No space left on device" "$TEST_TMPDIR/err" ||
+  fail "summary to a full stdout: $(cat "$TEST_TMPDIR/err")"
+expect_error "summary file on a full disk" "--summary file.*No space left" --summary /dev/full
+expect_error "json on a full disk" "JSON file.*No space left" --json /dev/full
+expect_error "trace file on a full disk" "trace file.*No space left" --save /dev/full
+
+# Hostile and unusual files (issue 17; tools/fuzz/make_corpus.py wrote them).
+INPUTS=tools/fuzz/corpus/input_file
+MODELS=tools/fuzz/corpus/model_archive
+for name in size_16mb size_4gb offset stride small_overrun truncated_record; do
+  expect_error "input $name" "input file '$INPUTS/$name.pt': .*the saved tensor" \
+    --model testdata/checks_input.pt --input "$INPUTS/$name.pt"
+done
+for op in tuple2 tuple3 reduce build newobj; do
+  expect_error "model underflow_$op" "takes values the stack does not hold" \
+    --model "$MODELS/underflow_$op.pt" --input_shape 1,2
+done
+expect_error "model parameter oversize" "tensor 'fc.weight' .* reaches element 7" \
+  --model "$MODELS/parameter_oversize.pt" --input_shape 1,2
+expect_error "model record cut short" "storage data/0 of tensor 'fc.weight' claims 4 Float" \
+  --model "$MODELS/record_cut_short.pt" --input_shape 1,2
+expect_error "class constant without type" "gives '__btffers__' a value without a type" \
+  --model "$MODELS/class_constant_without_type.pt" --input_shape 1,2
+expect_error "debug information LibTorch throws on" "debug information LibTorch cannot read safely" \
+  --model "$MODELS/debug_info_unknown_global.pt" --input_shape 1,2
+expect_error "debug information LibTorch cannot print" "debug information LibTorch cannot print" \
+  --model "$MODELS/debug_info_unprintable.pt" --input_shape 1,2
+expect_error "torchvision op" "torchvision::nms.*load the library that registers torchvision::" \
+  --model "$MODELS/unknown_op_torchvision.pt" --input_shape 1,2
+expect_error "newer aten op" "this LibTorch (1.13) has no aten::relu_of_a_newer_pytorch" \
+  --model "$MODELS/unknown_op_aten.pt" --input_shape 1,2
+
+# Files Python writes, once called corrupt: every pickle protocol, [t], a Parameter.
+for name in protocol1 protocol2 protocol4 protocol5 list_of_one parameter; do
+  "$TOOL" --model testdata/checks_input.pt --input "$INPUTS/$name.pt" >"$TEST_TMPDIR/out" 2>"$TEST_TMPDIR/err" ||
+    fail "input $name: $(cat "$TEST_TMPDIR/err")"
+  grep -qF "linear_1_4:1  linear  [2, 2]" "$TEST_TMPDIR/out" || fail "input $name: no linear op in the summary"
+done
+# [[t, t[0]], [t.t()]] is two list arguments: the model's own error, not "corrupt".
+expect_error "list of lists" "forward failed.*Expected at most 2 argument" \
+  --model testdata/checks_input.pt --input "$INPUTS/list_of_lists.pt"
+
+# Not regular files: process substitution and FIFOs are read; devices and directories
+# are refused by name, never read (/dev/zero was read until memory ran out).
+"$TOOL" --model <(cat testdata/checks_input.pt) --input <(cat "$INPUTS/protocol4.pt") \
+  >"$TEST_TMPDIR/out" 2>"$TEST_TMPDIR/err" || fail "process substitution: $(cat "$TEST_TMPDIR/err")"
+mkfifo "$TEST_TMPDIR/model.fifo"
+cat testdata/checks_input.pt >"$TEST_TMPDIR/model.fifo" &
+"$TOOL" --model "$TEST_TMPDIR/model.fifo" --input_shape 2,3 >"$TEST_TMPDIR/out" 2>"$TEST_TMPDIR/err" ||
+  fail "FIFO with a writer: $(cat "$TEST_TMPDIR/err")"
+wait
+expect_error "model /dev/zero" "model file '/dev/zero' is a character device" --model /dev/zero --input_shape 1
+expect_error "input /dev/zero" "input file '/dev/zero' is a character device" --input /dev/zero
+expect_error "input directory" "input file '$TEST_TMPDIR' is a directory" --input "$TEST_TMPDIR"
+
+# Forward failures: the cause and the model's source line, not "The following operation
+# failed in the TorchScript interpreter."
+expect_error "model's assert" "AssertionError: expected a 2-D input (at .*gen_testdata.py:[0-9]*: assert x.dim() == 2" \
+  --model testdata/checks_input.pt --input_shape 3
+expect_error "wrong feature count" "mat1 and mat2 shapes cannot be multiplied (2x5 and 3x2) (at .*linear.py" \
+  --model testdata/checks_input.pt --input_shape 2,5
+
+# torch.jit.fork: refused, never a partial trace.
+expect_error "fork" "runs work on other threads (Forks.forward forks at code/__torch__.py" \
+  --model testdata/forks.pt --input_shape 2,3
+
+# A sparse output: no trace file Python cannot read; the other outputs are written.
+rm -f "$TEST_TMPDIR/sparse.json"
+expect_error "sparse --save" "op 'to_sparse_1_2:1' holds a sparse tensor" \
+  --model testdata/sparse_output.pt --input_shape 2,3 --save "$TEST_TMPDIR/sparse.trace.pt" \
+  --json "$TEST_TMPDIR/sparse.json"
+[[ -e "$TEST_TMPDIR/sparse.trace.pt" ]] && fail "sparse --save wrote a trace file"
+grep -q '"ops"' "$TEST_TMPDIR/sparse.json" || fail "sparse --save: --json not written"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"

@@ -7,10 +7,14 @@
 #include <torch/script.h>
 #include <torch/serialize.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -18,9 +22,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/file_io.h"
 #include "graph/json_export.h"
 #include "graph/render.h"
 #include "graph/summary.h"
+#include "graph/torch_load.h"
 #include "graph/trace_file.h"
 #include "tools/cli_flags.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
@@ -32,7 +38,6 @@
 namespace torchlens {
 namespace {
 
-constexpr char kBundledModel[] = "testdata/demo.pt";
 const std::vector<int64_t> kBundledInputShape = {1, 3, 16, 16};
 
 // Relative paths are relative to where the user ran `bazel run` from.
@@ -42,42 +47,26 @@ std::string UserPath(const std::string& path) {
   return absl::StrCat(cwd, "/", path);
 }
 
-// The bundled model: in the runfiles tree (bazel run) or beside the binary.
-std::string BundledModelPath(const std::string& argv0) {
-  for (const std::string& candidate :
-       {std::string(kBundledModel), absl::StrCat(argv0, ".runfiles/torchlens/", kBundledModel)}) {
-    if (std::ifstream(candidate).good()) return candidate;
+// The demo model in this binary's runfiles (bazel run, bazel test, or bazel-bin/tools/
+// torchlens run directly). Never a testdata/demo.pt of the current directory, which would
+// trace whatever file happens to be there.
+absl::StatusOr<std::string> BundledModelPath() {
+  constexpr char kInRunfiles[] = "/torchlens/testdata/demo.pt";
+  std::vector<std::string> candidates;
+  char exe[4096];
+  if (const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1); n > 0) {
+    candidates.push_back(absl::StrCat(absl::string_view(exe, n), ".runfiles", kInRunfiles));
   }
-  return kBundledModel;
-}
-
-absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file.good()) {
-    return absl::NotFoundError(absl::StrCat("cannot read input file '", path, "'"));
+  if (const char* runfiles = std::getenv("RUNFILES_DIR"); runfiles != nullptr) {
+    candidates.push_back(absl::StrCat(runfiles, kInRunfiles));
   }
-  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  absl::StatusOr<c10::IValue> loaded = LoadPickled(bytes);
-  if (!loaded.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("input file '", path,
-                                                   "' is not a tensor saved with torch.save (",
-                                                   loaded.status().message(), ")"));
+  for (const std::string& candidate : candidates) {
+    struct stat info;
+    if (::stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode)) return candidate;
   }
-  const c10::IValue value = *std::move(loaded);
-  std::vector<c10::IValue> inputs;
-  if (value.isTensor()) {
-    inputs.push_back(value);
-  } else if (value.isList() || value.isTuple()) {
-    for (const c10::IValue& element :
-         value.isList() ? value.toListRef() : value.toTupleRef().elements()) {
-      inputs.push_back(element);
-    }
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input file '", path, "' holds a ", value.tagKind(),
-                     "; expected a tensor or a list/tuple of tensors saved with torch.save"));
-  }
-  return inputs;
+  return absl::NotFoundError(absl::StrCat(
+      "the bundled demo model is not in this binary's runfiles (looked for ",
+      absl::StrJoin(candidates, ", "), "); give a model with --model FILE"));
 }
 
 std::string Values(const at::Tensor& t) {
@@ -146,16 +135,25 @@ absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<Edi
 // Exit code 1: the tool worked, the trace did not validate.
 constexpr int kValidationFailed = 1;
 
-absl::Status Run(const std::vector<std::string>& args, const std::string& argv0, int* exit_code) {
+// The summary, to standard output: a full disk or a closed pipe is an error like any
+// other (SIGPIPE is ignored in main so that it becomes one).
+absl::Status WriteStdout(absl::string_view text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() ||
+      std::fflush(stdout) != 0) {
+    return absl::ErrnoToStatus(errno, "cannot write the summary to standard output");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
   absl::StatusOr<CliOptions> options = ParseCommandLine(args);
   if (!options.ok()) return options.status();
-  if (options->help) {
-    std::cout << kUsage;
-    return absl::OkStatus();
-  }
+  if (options->help) return WriteStdout(kUsage);
   const bool bundled = options->model.empty();
-  const std::string model_path = bundled ? BundledModelPath(argv0) : UserPath(options->model);
-  absl::StatusOr<torch::jit::Module> model = LoadTorchScript(model_path);
+  absl::StatusOr<std::string> model_path =
+      bundled ? BundledModelPath() : UserPath(options->model);
+  if (!model_path.ok()) return model_path.status();
+  absl::StatusOr<torch::jit::Module> model = LoadTorchScript(*model_path);
   if (!model.ok()) return model.status();
   model->train(options->train);
 
@@ -183,7 +181,7 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
   if (!trace.ok()) return trace.status();
 
   std::string summary =
-      absl::StrCat("torchlens trace of ", model_path, "\n\n", FormatSummary(*trace));
+      absl::StrCat("torchlens trace of ", *model_path, "\n\n", FormatSummary(*trace));
   JsonMembers json_extra;
   if (options->validate) {
     absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
@@ -212,35 +210,41 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
     if (!changes.ok()) return changes.status();
     absl::StrAppend(&summary, *changes);
   }
-  if (!options->render_file.empty()) {
+  // Every requested output is written even when another one fails; the failures are
+  // reported together at the end.
+  std::vector<std::string> failed;
+  int outputs = 1;  // the summary
+  auto output = [&](const std::string& file, absl::string_view written, auto write) {
+    if (file.empty()) return;
+    ++outputs;
+    if (absl::Status s = write(UserPath(file)); s.ok()) {
+      absl::StrAppend(&summary, written, " written to ", file, "\n");
+    } else {
+      failed.emplace_back(s.message());
+    }
+  };
+  output(options->render_file, "\nGraph", [&](const std::string& path) {
     RenderOptions render;
     render.show_buffers = options->show_buffers == "never"    ? ShowBuffers::kNever
                           : options->show_buffers == "always" ? ShowBuffers::kAlways
                                                               : ShowBuffers::kMeaningful;
-    if (absl::Status s = RenderToFile(*trace, UserPath(options->render_file), render); !s.ok()) {
-      return s;
-    }
-    absl::StrAppend(&summary, "\nGraph written to ", options->render_file, "\n");
-  }
-  if (!options->json_file.empty()) {
-    if (absl::Status s = WriteJson(*trace, UserPath(options->json_file), json_extra); !s.ok()) {
-      return s;
-    }
-    absl::StrAppend(&summary, "JSON written to ", options->json_file, "\n");
-  }
-  if (!options->save_file.empty()) {
-    if (absl::Status s = SaveTrace(*trace, UserPath(options->save_file)); !s.ok()) return s;
-    absl::StrAppend(&summary, "Trace file written to ", options->save_file, "\n");
-  }
-  if (options->summary_file.empty()) {
-    std::cout << summary;
-  } else {
-    std::ofstream out(UserPath(options->summary_file));
-    out << summary;
-    if (!out.good()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot write --summary file '", options->summary_file, "'"));
-    }
+    return RenderToFile(*trace, path, render);
+  });
+  output(options->json_file, "JSON",
+         [&](const std::string& path) { return WriteJson(*trace, path, json_extra); });
+  output(options->save_file, "Trace file",
+         [&](const std::string& path) { return SaveTrace(*trace, path); });
+  const absl::Status summary_written =
+      options->summary_file.empty()
+          ? WriteStdout(summary)
+          : WriteFileBytes(UserPath(options->summary_file), summary, "--summary file");
+  if (!summary_written.ok()) failed.emplace_back(summary_written.message());
+  if (!failed.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(absl::StrJoin(failed, "; "),
+                     static_cast<int>(failed.size()) < outputs
+                         ? " (the other requested outputs were written)"
+                         : ""));
   }
   return absl::OkStatus();
 }
@@ -249,11 +253,12 @@ absl::Status Run(const std::vector<std::string>& args, const std::string& argv0,
 }  // namespace torchlens
 
 int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);  // a closed stdout is an error line, not a silent exit
   const std::vector<std::string> args(argv + 1, argv + argc);
   absl::Status status;
   int exit_code = 0;
   try {
-    status = torchlens::Run(args, argv[0], &exit_code);
+    status = torchlens::Run(args, &exit_code);
   } catch (const std::exception& e) {
     status = absl::InternalError(e.what());
   }

@@ -6,16 +6,19 @@
 #include <torch/nn/module.h>
 #include <torch/script.h>
 
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/build_trace.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/fallback.h"
 #include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/recorder.h"
+#include "torchlens_dispatch/script_errors.h"
 #include "torchlens_dispatch/script_runner.h"
 
 namespace torchlens {
@@ -43,8 +46,17 @@ struct CaptureGuard::State {
 
 CaptureGuard::CaptureGuard(torch::jit::Module& model, CaptureOptions options) {
   if (Recorder::Current() == nullptr) {
+    std::shared_ptr<const ModelLayout> layout = LayoutOf(model);
+    if (!layout->forked_work.empty()) {  // NOTE [Forked work]
+      refusal_ = absl::UnimplementedError(absl::StrCat(
+          "this model runs work on other threads (", layout->forked_work,
+          "): torchlens captures the thread that runs the forward, so the forked ops would be "
+          "missing from the trace. Capture a version of the model that calls the function "
+          "instead of forking it"));
+      return;
+    }
     CaptureFallbackRegistered();
-    state_ = std::make_unique<State>(LayoutOf(model), model.is_training(), options);
+    state_ = std::make_unique<State>(std::move(layout), model.is_training(), options);
   }
 }
 
@@ -64,6 +76,7 @@ void CaptureGuard::MarkInputs(const c10::IValue& inputs) {
 }
 
 absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
+  if (!refusal_.ok()) return refusal_;
   if (state_ == nullptr) {
     return absl::FailedPreconditionError(
         "this CaptureGuard is inert: another CaptureGuard was already capturing on this "
@@ -90,12 +103,15 @@ absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IV
   c10::IValue outputs;
   try {
     outputs = RunUnoptimized(model, std::move(inputs));  // NOTE [Stable plans]
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the model's forward failed on these inputs: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the model's forward failed on these inputs: ", e.what()));
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const ScriptError error =
+        ParseInterpreterError(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    const bool out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+                               absl::StrContains(error.cause, "can't allocate memory");
+    return absl::Status(
+        out_of_memory ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInvalidArgument,
+        absl::StrCat("the model's forward failed on these inputs: ", error.OneLine()));
   }
   return guard.Finish(outputs);
 }

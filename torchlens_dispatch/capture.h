@@ -27,6 +27,10 @@
 //   * A guard must be destroyed on the thread that created it.
 //   * If the forward pass throws, the exception propagates unchanged; destroying the guard
 //     restores the thread's dispatch state, and `Finish` reports kAborted.
+//   * Only the guard's thread is captured. A TorchScript model that forks work onto other
+//     threads (`torch.jit.fork` / `wait`) is refused rather than traced in part: the guard
+//     stays inactive and `Finish` (and `TraceModule`, before running anything) returns
+//     kUnimplemented naming where the code forks.
 #ifndef TORCHLENS_DISPATCH_CAPTURE_H_
 #define TORCHLENS_DISPATCH_CAPTURE_H_
 
@@ -68,7 +72,8 @@ class CaptureGuard {
   // and returns the trace. Only the first call does anything; later calls return
   // kFailedPrecondition. Errors: kFailedPrecondition for an inert guard or an unjournaled
   // buffer change (see CaptureOptions::allow_unjournaled_writes), kAborted when the forward
-  // pass threw while capturing.
+  // pass threw while capturing, kUnimplemented for a model whose code forks work onto
+  // other threads (`torch.jit.fork`): such a guard captures nothing, naming the fork.
   absl::StatusOr<Trace> Finish(const c10::IValue& outputs);
 
   // Optional: names the tensors in `inputs` input_1, input_2, ... in this order. Without
@@ -76,19 +81,22 @@ class CaptureGuard {
   // such other tensors are constants. `TraceModule` calls it.
   void MarkInputs(const c10::IValue& inputs);
 
-  // False for an inert guard (another guard was capturing on this thread).
+  // False for an inert guard (another guard was capturing on this thread) and for a
+  // refused model (it forks work onto other threads).
   bool active() const;
 
  private:
   struct State;
 
   std::unique_ptr<State> state_;
+  absl::Status refusal_;  // why this model is not captured (it forks), or OK
   bool finished_ = false;
 };
 
 // Runs model.forward(inputs) under a CaptureGuard, through a private unoptimized plan
-// (NOTE [Stable plans]). A forward that throws (inputs of the wrong shape, dtype or count)
-// returns kInvalidArgument with the model's message.
+// (NOTE [Stable plans]). A forward that throws (inputs of the wrong shape, dtype or count,
+// the model's own `raise` or `assert`) returns kInvalidArgument with the innermost cause
+// and the model's source line (script_errors.h); running out of memory, kResourceExhausted.
 absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
                                   CaptureOptions options = {});
 

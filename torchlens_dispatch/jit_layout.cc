@@ -5,13 +5,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include <mutex>
 #include "torchlens_dispatch/layout_builder.h"
 #include "torchlens_dispatch/model_layout.h"
 
@@ -20,40 +21,90 @@ namespace {
 
 using AssignedAttributes = absl::flat_hash_set<std::pair<const c10::ClassType*, std::string>>;
 
-// (class type, attribute name) pairs assigned by prim::SetAttr anywhere in `block`.
-void CollectSetAttrs(const torch::jit::Block* block, AssignedAttributes* out) {
-  for (const torch::jit::Node* node : block->nodes()) {
-    if (node->kind() == c10::prim::SetAttr) {
-      if (auto type = node->input(0)->type()->cast<c10::ClassType>()) {
-        out->emplace(type.get(), node->s(c10::attr::name));
-      }
-    }
-    for (const torch::jit::Block* inner : node->blocks()) CollectSetAttrs(inner, out);
-  }
+std::string TypeName(const c10::ClassType& type) {
+  return ShortTypeName(type.name() ? type.name()->qualifiedName() : std::string("Module"));
 }
 
-void CollectAssignments(const c10::ClassType& type, AssignedAttributes* out) {
-  for (torch::jit::Function* method : type.methods()) {
-    if (method->isGraphFunction()) {
-      CollectSetAttrs(torch::jit::toGraphFunction(*method).graph()->block(), out);
+// NOTE [Forked work]
+// `torch.jit.fork` runs a function on one of the interpreter's other threads (`prim::fork`,
+// joined by `aten::wait`). The capture key is thread-local, so the forked ops would be
+// missing from the trace, and how much of the forward ran on the capturing thread before
+// the join would differ from run to run: a partial trace that looks complete. Capturing
+// work on other threads would need the key carried into the interpreter's thread pool,
+// which LibTorch 1.13 gives no hook for. A model whose code forks is therefore refused:
+// the layout records the first fork (or wait) in the code its module methods can reach,
+// following calls into free functions and methods of other classes, and CaptureGuard
+// reports it before anything runs.
+
+// What the model's TorchScript code does that the capture must know before it runs: the
+// buffers its module methods reassign (prim::SetAttr), and where it forks.
+class CodeScan {
+ public:
+  // Scans each method of `type` (a module's class) once.
+  void ModuleType(const c10::ClassType& type) {
+    if (!types_.insert(&type).second) return;
+    for (torch::jit::Function* method : type.methods()) {
+      Function(*method, absl::StrCat(TypeName(type), ".", method->name()), /*module=*/true);
     }
   }
-}
+
+  AssignedAttributes assigned;
+  std::string fork;  // "Net.forward forks at code/__torch__.py:9: ...", or empty
+
+ private:
+  void Function(torch::jit::Function& function, const std::string& name, bool module) {
+    if (!function.isGraphFunction() || !functions_.insert(&function).second) return;
+    Block(torch::jit::toGraphFunction(function).graph()->block(), name, module);
+  }
+
+  void Block(const torch::jit::Block* block, const std::string& name, bool module) {
+    for (const torch::jit::Node* node : block->nodes()) {
+      const c10::Symbol kind = node->kind();
+      if (kind == c10::prim::SetAttr && module) {
+        if (auto type = node->input(0)->type()->cast<c10::ClassType>()) {
+          assigned.emplace(type.get(), node->s(c10::attr::name));
+        }
+      } else if ((kind == c10::prim::fork || kind == c10::prim::forkClosure ||
+                  kind == c10::aten::wait) &&
+                 fork.empty()) {
+        fork = absl::StrCat(name, " ", kind == c10::aten::wait ? "waits for forked work" : "forks");
+        const torch::jit::SourceRange& range = node->sourceRange();
+        if (auto place = range.file_line_col()) {
+          const std::string line =
+              range.source()->get_line(range.source()->lineno_for_offset(range.start())).str();
+          absl::StrAppend(&fork, " at ", std::get<0>(*place), ":", std::get<1>(*place), ": ",
+                          absl::StripAsciiWhitespace(line));
+        }
+      } else if (kind == c10::prim::CallFunction) {
+        if (auto callee = node->input(0)->type()->cast<c10::FunctionType>()) {
+          Function(*callee->function(), callee->function()->name(), false);
+        }
+      } else if (kind == c10::prim::CallMethod) {
+        auto type = node->input(0)->type()->cast<c10::ClassType>();
+        if (type && !type->is_module()) {
+          if (torch::jit::Function* method = type->findMethod(node->s(c10::attr::name))) {
+            Function(*method, absl::StrCat(TypeName(*type), ".", method->name()), false);
+          }
+        }
+      }
+      for (const torch::jit::Block* inner : node->blocks()) Block(inner, name, module);
+    }
+  }
+
+  absl::flat_hash_set<const c10::ClassType*> types_;
+  absl::flat_hash_set<const torch::jit::Function*> functions_;
+};
 
 std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : absl::StrCat(prefix, ".", name);
 }
 
-std::string TypeName(const c10::ClassType& type) {
-  return ShortTypeName(type.name() ? type.name()->qualifiedName() : std::string("Module"));
-}
-
 // One walk over the object tree in attribute-slot order.
 void Walk(const c10::intrusive_ptr<c10::ivalue::Object>& object, const std::string& address,
           ModelLayout* layout, std::vector<std::pair<std::string, std::string>>* modules,
-          AssignedAttributes* assigned, absl::flat_hash_set<const c10::ClassType*>* scanned) {
+          CodeScan* scan) {
   const c10::ClassTypePtr type = object->type();
-  if (scanned->insert(type.get()).second) CollectAssignments(*type, assigned);
+  scan->ModuleType(*type);
   modules->emplace_back(address, TypeName(*type));
   const size_t attributes = type->numAttributes();
   layout->checks.push_back(ModelLayout::SlotCheck{
@@ -77,8 +128,7 @@ void Walk(const c10::intrusive_ptr<c10::ivalue::Object>& object, const std::stri
       }
     } else if (type->getAttribute(slot)->is_module() && value.isObject()) {
       layout->checks.push_back(ModelLayout::SlotCheck{object.get(), slot, &value.toObjectRef()});
-      Walk(value.toObject(), Join(address, type->getAttributeName(slot)), layout, modules, assigned,
-           scanned);
+      Walk(value.toObject(), Join(address, type->getAttributeName(slot)), layout, modules, scan);
     } else if (value.isTensor()) {
       layout->tensor_attributes.push_back(ModelLayout::AttributeEntry{
           Join(address, type->getAttributeName(slot)), object.get(), slot});
@@ -90,13 +140,14 @@ std::shared_ptr<const ModelLayout> Read(const torch::jit::Module& model) {
   auto layout = std::make_shared<ModelLayout>();
   layout->torchscript = true;
   std::vector<std::pair<std::string, std::string>> modules;
-  AssignedAttributes assigned;
-  absl::flat_hash_set<const c10::ClassType*> scanned;
-  Walk(model._ivalue(), "", layout.get(), &modules, &assigned, &scanned);
+  CodeScan scan;
+  Walk(model._ivalue(), "", layout.get(), &modules, &scan);
   for (ModelLayout::BufferEntry& buffer : layout->buffers) {
     const c10::ClassTypePtr type = buffer.owner->type();
-    buffer.assigned_in_code = assigned.contains({type.get(), type->getAttributeName(buffer.slot)});
+    buffer.assigned_in_code =
+        scan.assigned.contains({type.get(), type->getAttributeName(buffer.slot)});
   }
+  layout->forked_work = std::move(scan.fork);
   FinishLayout(std::move(modules), layout.get());
   return layout;
 }

@@ -1,68 +1,108 @@
 #include "torchlens_dispatch/load_model.h"
 
-#include <sys/stat.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/frontend/error_report.h>
+#include <torch/csrc/jit/serialization/import.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <cstring>
-#include <fstream>
+#include <memory>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "graph/archive_check.h"
+#include "graph/file_io.h"
+#include "torchlens_dispatch/script_code_check.h"
+#include "torchlens_dispatch/script_errors.h"
 
 namespace torchlens {
 namespace {
 
-constexpr char kExpected[] = "expected a TorchScript archive saved with torch.jit.save";
+constexpr char kExpected[] = "a TorchScript archive saved with torch.jit.save";
 
-std::string FirstLine(const std::string& text) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::StripAsciiWhitespace(line).empty()) return std::string(absl::StripAsciiWhitespace(line));
+// torch::jit::load reads the checked bytes, never the file again.
+class BytesReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReader(absl::string_view bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
+    if (pos >= bytes_.size()) return 0;
+    const size_t available = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, available);
+    return available;
   }
-  return text;
+
+ private:
+  absl::string_view bytes_;
+};
+
+// What to load for an operator LibTorch does not have.
+std::string MissingOperatorHint(absl::string_view cause) {
+  absl::string_view op = cause;
+  absl::ConsumePrefix(&op, "Unknown builtin op: ");
+  absl::ConsumeSuffix(&op, ".");
+  const absl::string_view ns = op.substr(0, op.find("::"));
+  if (ns == "aten" || ns == "prim") {
+    return absl::StrCat("this LibTorch (1.13) has no ", op,
+                        ": the model was saved by a newer PyTorch; export it with PyTorch 1.13 "
+                        "or replace the operator");
+  }
+  return absl::StrCat("load the library that registers ", ns, ":: operators before loading the "
+                      "model (for torchvision::, torchvision's _C.so: dlopen it or link it)");
 }
 
 }  // namespace
 
-absl::StatusOr<torch::jit::Module> LoadTorchScript(const std::string& path) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) != 0) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat("model file '", path, "' does not exist"));
+absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view bytes,
+                                                            absl::string_view name) {
+  // See NOTE [Untrusted archives].
+  absl::StatusOr<CheckedArchive> checked = CheckTorchArchive(bytes, ArchiveKind::kTorchScript);
+  if (!checked.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", checked.status().message(), "; expected ", kExpected));
+  }
+  // NOTE [Code LibTorch 1.13 crashes on], NOTE [Printing debug information]
+  for (const ZipArchive::Entry& entry : checked->zip.entries()) {
+    absl::string_view record = entry.name;
+    if (!absl::ConsumePrefix(&record, checked->zip.prefix()) || !absl::StartsWith(record, "code/")) {
+      continue;
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot access model file '", path, "': ", std::strerror(errno)));
-  }
-  if (S_ISDIR(info.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model path '", path, "' is a directory; ", kExpected));
-  }
-  if (info.st_size == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model file '", path, "' is empty (0 bytes); ", kExpected));
-  }
-  if (!std::ifstream(path, std::ios::binary).good()) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot read model file '", path, "'"));
+    const bool code = absl::EndsWith(record, ".py"), debug = absl::EndsWith(record, ".debug_pkl");
+    if (!code && !debug) continue;
+    absl::StatusOr<std::string> bytes = checked->zip.Read(entry);
+    absl::Status s = !bytes.ok() ? bytes.status()
+                     : code      ? CheckScriptCode(*bytes, std::string(record))
+                                 : CheckDebugInfo(*bytes, std::string(record));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has code LibTorch cannot load: ", s.message()));
+    }
   }
   try {
-    return torch::jit::load(path);
-  } catch (const c10::Error& e) {
-    const std::string reason = FirstLine(e.what_without_backtrace());
-    if (absl::StrContains(reason, "Unknown builtin op")) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "model file '", path, "' uses an operator this process does not have (", reason,
-          "); load the library that registers it first (e.g. torchvision's _C.so for "
-          "torchvision::nms)"));
+    return torch::jit::load(std::make_shared<BytesReader>(bytes));
+  } catch (const torch::jit::ErrorReport& e) {  // compiling the archive's code
+    const ScriptError error = ParseCompileError(e.what());
+    if (absl::StartsWith(error.cause, "Unknown builtin op: ")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name, " uses an operator this process does not have: ", error.OneLine(),
+                       "; ", MissingOperatorHint(error.cause)));
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model file '", path, "' is not a complete TorchScript archive (", reason, "); ",
-        kExpected));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " has code LibTorch cannot compile: ", error.OneLine()));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("model file '", path,
-                                                   "' is not a complete TorchScript archive (",
-                                                   FirstLine(e.what()), "); ", kExpected));
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const ScriptError error =
+        ParseInterpreterError(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " could not be loaded by LibTorch: ", error.OneLine(), "; expected ", kExpected));
   }
+}
+
+absl::StatusOr<torch::jit::Module> LoadTorchScript(const std::string& path) {
+  absl::StatusOr<FileBytes> bytes = ReadFileBytes(path, {"model file", kExpected});
+  if (!bytes.ok()) return bytes.status();
+  return LoadTorchScriptFromBytes(bytes->view(), absl::StrCat("model file '", path, "'"));
 }
 
 }  // namespace torchlens

@@ -1,5 +1,6 @@
 #include "torchlens_dispatch/model_layout.h"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -42,7 +43,9 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     if (layout->module_ids.emplace(address, static_cast<int32_t>(addresses->size())).second) {
       addresses->push_back(address);
     }
-    Module& module = (*trace_modules)[address];
+    // Walk order is mostly sorted order ("a", "a.b", "a.b.c"): the hint saves comparing
+    // long shared prefixes down the tree.
+    Module& module = trace_modules->emplace_hint(trace_modules->end(), address, Module())->second;
     module.address = address;
     module.type_name = std::move(type_name);
   }
@@ -54,15 +57,35 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     layout->module_ids.emplace(owner, id);
     return id;
   };
-  // Every module whose address is a dotted prefix of `address`, the root included, owns it.
-  auto add_to_owners = [&](const std::string& address, std::vector<std::string> Module::*member) {
-    if (auto root = trace_modules->find(""); root != trace_modules->end()) {
-      (root->second.*member).push_back(address);
+  // By module id, found once each: its trace Module (nullptr for an owner that is not a
+  // module), and the id of the nearest module whose address is a dotted prefix of its own
+  // (-1 for the root). A parameter then reaches its owners one step each, however deep it
+  // sits, instead of looking up every prefix of its address.
+  std::vector<Module*> trace_module_of;
+  std::vector<int32_t> owner_of;
+  auto describe = [&](int32_t id) {
+    if (static_cast<size_t>(id) < trace_module_of.size() && owner_of[id] != -2) return;
+    trace_module_of.resize(std::max(trace_module_of.size(), addresses->size()), nullptr);
+    owner_of.resize(trace_module_of.size(), -2);
+    const std::string& address = (*addresses)[id];
+    auto it = trace_modules->find(address);
+    trace_module_of[id] = it == trace_modules->end() ? nullptr : &it->second;
+    owner_of[id] = -1;
+    for (absl::string_view prefix = address; id != 0;) {
+      const size_t dot = prefix.rfind('.');
+      prefix = dot == absl::string_view::npos ? absl::string_view() : prefix.substr(0, dot);
+      if (auto found = layout->module_ids.find(prefix); found != layout->module_ids.end()) {
+        owner_of[id] = found->second;
+        break;
+      }
     }
-    for (size_t dot = address.find('.'); dot != std::string::npos;
-         dot = address.find('.', dot + 1)) {
-      auto it = trace_modules->find(address.substr(0, dot));
-      if (it != trace_modules->end()) (it->second.*member).push_back(address);
+  };
+  // Every module whose address is a dotted prefix of `address`, the root included, owns it.
+  auto add_to_owners = [&](const std::string& address, int32_t owner,
+                           std::vector<std::string> Module::*member) {
+    for (int32_t id = owner; id >= 0; id = owner_of[id]) {
+      describe(id);
+      if (trace_module_of[id] != nullptr) (trace_module_of[id]->*member).push_back(address);
     }
   };
   auto param_addresses = std::make_shared<std::vector<std::string>>();
@@ -75,7 +98,7 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     layout->param_ids.emplace(param.tensor.unsafeGetTensorImpl(), static_cast<int32_t>(i));
     param_addresses->push_back(param.address);
     (*trace_params)[param.address] = Param{param.address, param.tensor.sizes().vec(), owner};
-    add_to_owners(param.address, &Module::params);
+    add_to_owners(param.address, param.module, &Module::params);
   }
   layout->param_order.reserve(layout->params.size());
   for (const ModelLayout::ParamEntry& param : layout->params) {
@@ -85,7 +108,7 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
   }
   for (ModelLayout::BufferEntry& buffer : layout->buffers) {
     buffer.module = module_of(OwnerAddress(buffer.address));
-    add_to_owners(buffer.address, &Module::buffers);
+    add_to_owners(buffer.address, buffer.module, &Module::buffers);
   }
   layout->module_types.assign(addresses->size(), "");
   layout->module_children.assign(addresses->size(), {});

@@ -126,6 +126,11 @@ struct ModelLayout {
 
   // The numbered layers of the model's TorchScript code: NOTE [Layer classes].
   mutable LayerClasses layer_classes;
+
+  // TorchScript: where the model's code first forks work onto another thread ("Net.forward
+  // forks at code/__torch__.py:9: ..."), or empty. Such models are not captured: NOTE
+  // [Forked work] in jit_layout.cc.
+  std::string forked_work;
 };
 
 // The tensor a buffer entry's slot holds now (undefined if the slot holds None).

@@ -43,7 +43,7 @@ TEST(BadModelFileTest, EachProblemHasItsCodeAndNamesTheFile) {
   absl::StatusOr<torch::jit::Module> truncated = LoadTorchScript(Temp("truncated.pt"));
   EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(truncated.status().message()),
-              HasSubstr("is not a complete TorchScript archive"));
+              HasSubstr("is not a valid TorchScript archive"));
 
   std::ofstream(Temp("text.pt")) << "def forward(x): return x\n";
   absl::StatusOr<torch::jit::Module> text = LoadTorchScript(Temp("text.pt"));
@@ -53,6 +53,120 @@ TEST(BadModelFileTest, EachProblemHasItsCodeAndNamesTheFile) {
   absl::StatusOr<torch::jit::Module> directory = LoadTorchScript(testing::TempDir());
   EXPECT_EQ(directory.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(directory.status().message()), HasSubstr("is a directory"));
+}
+
+std::string ModelCorpus(const std::string& name) {
+  return absl::StrCat("tools/fuzz/corpus/model_archive/", name);
+}
+
+// Model archives (tools/fuzz/make_corpus.py) whose data.pkl made LibTorch's unpickler pop
+// values its stack does not hold ("free(): invalid size", segfaults), and parameters
+// larger than their stored bytes (loaded silently, then read past their buffers).
+TEST(BadModelFileTest, HostileArchivesAreRefusedBeforeLibTorchReadsThem) {
+  for (const char* op : {"tuple2", "tuple3", "reduce", "build", "newobj"}) {
+    const std::string path = ModelCorpus(absl::StrCat("underflow_", op, ".pt"));
+    absl::StatusOr<torch::jit::Module> model = LoadTorchScript(path);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << op;
+    EXPECT_THAT(std::string(model.status().message()),
+                HasSubstr(absl::StrCat("model file '", path, "' is not a valid TorchScript "
+                                       "archive: underflow_", op, "/data.pkl: pickle opcode")))
+        << op;
+    EXPECT_THAT(std::string(model.status().message()),
+                HasSubstr("takes values the stack does not hold"));
+  }
+  absl::StatusOr<torch::jit::Module> oversize = LoadTorchScript(ModelCorpus("parameter_oversize.pt"));
+  EXPECT_EQ(oversize.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(oversize.status().message()),
+              HasSubstr("tensor 'fc.weight' (Float, sizes [2, 4], strides [4, 1], offset 0) "
+                        "reaches element 7 of its storage data/0, which holds 4 elements"));
+  absl::StatusOr<torch::jit::Module> cut = LoadTorchScript(ModelCorpus("record_cut_short.pt"));
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(cut.status().message()),
+              HasSubstr("storage data/0 of tensor 'fc.weight' claims 4 Float elements (16 "
+                        "bytes), but its record holds 4 bytes"));
+  // Found by fuzzing the loader: LibTorch 1.13 reads uninitialized memory for a class
+  // constant without a type, and ends the process when the debug information it reads
+  // while formatting an error names a global it does not know.
+  absl::StatusOr<torch::jit::Module> constant =
+      LoadTorchScript(ModelCorpus("class_constant_without_type.pt"));
+  EXPECT_EQ(constant.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(constant.status().message()),
+              HasSubstr("class Small at code/__torch__.py:3 gives '__btffers__' a value "
+                        "without a type"));
+  absl::StatusOr<torch::jit::Module> debug =
+      LoadTorchScript(ModelCorpus("debug_info_unknown_global.pt"));
+  EXPECT_EQ(debug.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(debug.status().message()),
+              HasSubstr("code/__torch__.py.debug_pkl: debug information LibTorch cannot read "
+                        "safely"));
+  absl::StatusOr<torch::jit::Module> unprintable =
+      LoadTorchScript(ModelCorpus("debug_info_unprintable.pt"));
+  EXPECT_EQ(unprintable.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unprintable.status().message()),
+              HasSubstr("debug information LibTorch cannot print"));
+  // The archive they were made from loads and runs.
+  absl::StatusOr<torch::jit::Module> small = LoadTorchScript(ModelCorpus("small.pt"));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_TRUE(TraceModule(*small, {torch::ones({1, 2})}).ok());
+}
+
+// These were "not a complete TorchScript archive": the compile error is a
+// torch::jit::ErrorReport, which the c10::Error handler with the hint never saw.
+TEST(BadModelFileTest, UnknownOperatorsNameTheOperatorTheLineAndWhatToLoad) {
+  absl::StatusOr<torch::jit::Module> nms = LoadTorchScript(ModelCorpus("unknown_op_torchvision.pt"));
+  EXPECT_EQ(nms.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(nms.status().message()),
+              HasSubstr("uses an operator this process does not have: Unknown builtin op: "
+                        "torchvision::nms. (at code/__torch__/torchvision/ops/boxes.py:"));
+  EXPECT_THAT(std::string(nms.status().message()),
+              HasSubstr("load the library that registers torchvision:: operators"));
+  absl::StatusOr<torch::jit::Module> aten = LoadTorchScript(ModelCorpus("unknown_op_aten.pt"));
+  EXPECT_EQ(aten.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(aten.status().message()),
+              HasSubstr("aten::relu_of_a_newer_pytorch. (at code/__torch__.py:8: return "
+                        "torch.relu_of_a_newer_pytorch(x)); this LibTorch (1.13) has no "
+                        "aten::relu_of_a_newer_pytorch"));
+}
+
+// All of these printed "The following operation failed in the TorchScript interpreter."
+TEST(BadInputsTest, ForwardFailuresNameTheCauseAndTheSourceLine) {
+  torch::jit::Module model = testdata::LoadModel("checks_input");  // forward(x: [N, 3])
+  struct Case {
+    c10::IValue input;
+    absl::StatusCode code;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {torch::ones({2, 5}), absl::StatusCode::kInvalidArgument,
+       {"forward failed on these inputs: mat1 and mat2 shapes cannot be multiplied (2x5 and 3x2) "
+        "(at /usr/lib/python3/dist-packages/torch/nn/modules/linear.py:114: return "
+        "F.linear(input, self.weight, self.bias))"}},
+      {torch::ones({2, 3}, torch::kInt64), absl::StatusCode::kInvalidArgument,
+       {"mat1 and mat2 must have the same dtype"}},
+      {torch::ones({3}), absl::StatusCode::kInvalidArgument,
+       {"AssertionError: expected a 2-D input (at ", "gen_testdata.py:",
+        ": assert x.dim() == 2, \"expected a 2-D input\")"}},
+      {torch::full({2, 3}, 50.0), absl::StatusCode::kInvalidArgument,
+       {"ValueError: the input sums to more than 100 (at ", "gen_testdata.py:",
+        ": raise ValueError(\"the input sums to more than 100\"))"}},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Trace> trace = TraceModule(model, {c.input});
+    EXPECT_EQ(trace.status().code(), c.code) << trace.status();
+    for (const std::string& expected : c.expected) {
+      EXPECT_THAT(std::string(trace.status().message()), HasSubstr(expected));
+    }
+    EXPECT_THAT(std::string(trace.status().message()),
+                ::testing::Not(HasSubstr("The following operation failed")));
+  }
+  // Out of memory inside the forward: the linear layer's output of 2^40 rows.
+  torch::jit::Module mlp = testdata::LoadModel("mlp");
+  absl::StatusOr<Trace> huge =
+      TraceModule(mlp, {torch::zeros({1, 4}).expand({int64_t{1} << 40, 4})});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  EXPECT_THAT(std::string(huge.status().message()),
+              HasSubstr("DefaultCPUAllocator: can't allocate memory"));
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("linear.py:114: return F.linear("));
 }
 
 TEST(BadInputsTest, WrongShapeDtypeOrCountIsInvalidArgument) {

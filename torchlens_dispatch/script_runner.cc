@@ -78,33 +78,6 @@ std::string InstanceEntry(const torch::jit::ModuleInstanceInfo& info) {
                       type.empty() ? "UNKNOWN_TYPE" : type, ")");
 }
 
-// The site ScriptSites would read from the interpreter while `node` runs.
-MarkedSite SiteOf(torch::jit::Node* node, const std::string& top_entry) {
-  std::vector<std::string> hierarchy = {top_entry};
-  std::vector<torch::jit::SourceRange> ranges;
-  if (auto callstack = node->callstack()) {
-    for (const torch::jit::InlinedCallStackEntry& entry : (*callstack)->vec()) {
-      const std::string function = std::get<0>(entry)->name();
-      const auto& info = std::get<2>(entry);
-      hierarchy.push_back(info.has_value() ? absl::StrCat(InstanceEntry(*info), "::", function)
-                                           : absl::StrCat("::", function));
-      ranges.push_back(std::get<1>(entry));
-    }
-  }
-  ranges.push_back(node->sourceRange());
-  MarkedSite site;
-  site.op = node->kind();
-  ParsedHierarchy parsed = ParseModuleHierarchy(hierarchy);
-  site.path = parsed.path;
-  site.unknown_instance = parsed.unknown_instance;
-  const size_t innermost = parsed.innermost;
-  site.position = kPositionSeed;
-  for (size_t k = innermost; k < ranges.size(); ++k) {
-    site.position = MixPosition(site.position, ranges[k]);
-  }
-  return site;
-}
-
 void CollectOpNodes(torch::jit::Block* block, std::vector<torch::jit::Node*>* out) {
   for (torch::jit::Node* node : block->nodes()) {
     for (torch::jit::Block* inner : node->blocks()) CollectOpNodes(inner, out);
@@ -116,101 +89,142 @@ void CollectOpNodes(torch::jit::Block* block, std::vector<torch::jit::Node*>* ou
   }
 }
 
-// Inlines every call from the callees' source graphs, bottom-up: each callee's graph is
-// itself fully inlined before it is inlined at a call site, which is what gives the
-// inlined nodes their complete call stacks (inlineCallTo prepends the call site to the
-// callee nodes' stacks). torch::jit::Inline uses each callee's cached optimized_graph()
-// instead, whose content depends on the optimization setting in force when that cache was
-// first filled; this gives the same plan whatever ran before.
-using InlinedGraphs =
-    absl::flat_hash_map<torch::jit::GraphFunction*, std::shared_ptr<torch::jit::Graph>>;
-
-void InlineCalls(torch::jit::Block* block, InlinedGraphs* done);
-
-std::shared_ptr<torch::jit::Graph> Inlined(torch::jit::GraphFunction* function,
-                                           InlinedGraphs* done) {
-  auto it = done->find(function);
-  if (it != done->end()) return it->second;
-  std::shared_ptr<torch::jit::Graph> graph = function->graph()->copy();
-  InlineCalls(graph->block(), done);  // TorchScript has no recursion
-  done->emplace(function, graph);
-  return graph;
-}
-
-// LibTorch 1.13's inlineCallTo leaves the nodes inside an inlined If or Loop without the
-// call site in their call stack (it only visits nodes through the values it mapped), so
-// that, e.g., BatchNorm's `num_batches_tracked.add_(1)` would seem to run in the parent
-// module. Completes the stacks of nodes that lack the call site.
-void CompleteCallStack(torch::jit::Node* node, torch::jit::Function* callee,
-                       const torch::jit::SourceRange& call_site,
-                       const c10::optional<torch::jit::ModuleInstanceInfo>& instance);
-
-void CompleteCallStacks(torch::jit::Block* block, torch::jit::Function* callee,
-                        const torch::jit::SourceRange& call_site,
-                        const c10::optional<torch::jit::ModuleInstanceInfo>& instance) {
-  for (torch::jit::Node* node : block->nodes()) {
-    CompleteCallStack(node, callee, call_site, instance);
-  }
-}
-
-void CompleteCallStack(torch::jit::Node* node, torch::jit::Function* callee,
-                       const torch::jit::SourceRange& call_site,
-                       const c10::optional<torch::jit::ModuleInstanceInfo>& instance) {
-  c10::optional<torch::jit::InlinedCallStackPtr> stack = node->callstack();
-  const bool has_call_site =
-      stack.has_value() && (*stack)->function() == callee && (*stack)->source_range() == call_site;
-  if (!has_call_site) {
-    node->setCallStack(
-        stack.has_value()
-            ? c10::make_intrusive<torch::jit::InlinedCallStack>(*stack, callee, call_site, instance)
-            : c10::make_intrusive<torch::jit::InlinedCallStack>(callee, call_site, instance));
-  }
-  for (torch::jit::Block* inner : node->blocks()) {
-    CompleteCallStacks(inner, callee, call_site, instance);
-  }
-}
-
-void InlineCalls(torch::jit::Block* block, InlinedGraphs* done) {
-  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
-    torch::jit::Node* node = *it++;
-    const c10::Symbol kind = node->kind();
-    if (kind == c10::prim::CallFunction || kind == c10::prim::CallMethod) {
-      if (torch::jit::GraphFunction* callee = torch::jit::tryToGraphFunction(node)) {
-        std::shared_ptr<torch::jit::Graph> callee_graph = Inlined(callee, done);
-        const torch::jit::SourceRange call_site = node->sourceRange();
-        torch::jit::Node* before = node->prev();
-        torch::jit::Node* after = node->next();
-        if (kind == c10::prim::CallFunction) node->removeInput(0);  // the function constant
-        torch::jit::inlineCallTo(node, callee, callee_graph.get());
-        // The module instance inlineCallTo recorded for this call, from a node it did
-        // annotate (its constructor is not exported).
-        c10::optional<torch::jit::ModuleInstanceInfo> instance;
-        for (torch::jit::Node* inlined = before->next(); inlined != after;
-             inlined = inlined->next()) {
-          c10::optional<torch::jit::InlinedCallStackPtr> stack = inlined->callstack();
-          if (stack.has_value() && (*stack)->function() == callee &&
-              (*stack)->source_range() == call_site) {
-            instance = (*stack)->module_instance();
-            break;
-          }
-        }
-        for (torch::jit::Node* inlined = before->next(); inlined != after;
-             inlined = inlined->next()) {
-          CompleteCallStack(inlined, callee, call_site, instance);
-        }
-        continue;
-      }
-    }
-    for (torch::jit::Block* inner : node->blocks()) InlineCalls(inner, done);
-  }
-}
+// NOTE [Inlining from the top]
+// The private plan inlines every call of the method, and each inlined node needs its
+// complete call stack, outermost call first (the interpreter reads it for an op without a
+// marker and for error messages), and its site: the named module instances of that stack
+// and the hash of its source ranges (NOTE [Layers and passes]). Inlining from the top,
+// each call is replaced by a copy of the callee's own, uninlined graph, and the copied
+// nodes enter a call context made from the caller's in one step: its call stack (the
+// caller's plus this call), its module path (a SitePath node, NOTE [Site paths]) and its
+// position hash. The calls among the copied nodes are inlined the same way, in the inner
+// context. Each call is thus inlined once, and a site is read off its context. LibTorch's
+// Inline (and this file before) inline from the bottom: each callee's fully inlined graph
+// is copied into its caller, and each site re-read its whole stack, which grows with the
+// square of the nesting depth (README "Reliability"). What stays: LibTorch represents a
+// node's call stack as a chain of entries from the outermost call inward, so a context k
+// calls deep holds a chain of k entries of its own, as it does after LibTorch's Inline.
+struct CallContext {
+  c10::optional<torch::jit::InlinedCallStackPtr> stack;  // none at the top
+  const SitePath* path = nullptr;                         // the root's
+  std::string previous;  // the entry that entered the innermost module, "conv(Conv2d)::forward"
+  bool unknown_instance = false;
+  // The ranges from the innermost named module's code to this context's code, hashed.
+  uint64_t position = kPositionSeed;
+};
 
 struct PrivatePlan {
   // Holding the source graph keeps its address from being reused as another cache key.
   std::shared_ptr<torch::jit::Graph> source;
-  std::deque<MarkedSite> sites;  // stable addresses, pointed at by the markers
+  // Stable addresses: markers point at sites, sites and contexts at paths.
+  std::deque<MarkedSite> sites;
+  std::deque<SitePath> paths;
+  std::deque<CallContext> contexts;
   std::unique_ptr<torch::jit::GraphFunction> function;
 };
+
+// The stack of `outer` extended by one innermost call (see the NOTE: entries are copied).
+torch::jit::InlinedCallStackPtr Extended(
+    const c10::optional<torch::jit::InlinedCallStackPtr>& outer, torch::jit::Function* callee,
+    const torch::jit::SourceRange& call_site,
+    const c10::optional<torch::jit::ModuleInstanceInfo>& instance) {
+  std::vector<const torch::jit::InlinedCallStack*> entries;  // outermost first
+  for (const torch::jit::InlinedCallStack* entry = outer.has_value() ? outer->get() : nullptr;
+       entry != nullptr;) {
+    entries.push_back(entry);
+    c10::optional<torch::jit::InlinedCallStackPtr> next = entry->callee();
+    entry = next.has_value() ? next->get() : nullptr;
+  }
+  auto stack = c10::make_intrusive<torch::jit::InlinedCallStack>(callee, call_site, instance);
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    stack = c10::make_intrusive<torch::jit::InlinedCallStack>(
+        stack, (*it)->function(), (*it)->source_range(), (*it)->module_instance());
+  }
+  return stack;
+}
+
+// The context the callee of a call from `outer` runs in (NOTE [Inlining from the top]).
+const CallContext& Enter(const CallContext& outer, torch::jit::Function* callee,
+                         const torch::jit::SourceRange& call_site,
+                         const c10::optional<torch::jit::ModuleInstanceInfo>& instance,
+                         PrivatePlan* plan) {
+  CallContext& inner = plan->contexts.emplace_back(outer);
+  inner.stack = Extended(outer.stack, callee, call_site, instance);
+  // The entry the interpreter's module hierarchy shows for this call.
+  const std::string entry = instance.has_value()
+                                ? absl::StrCat(InstanceEntry(*instance), "::", callee->name())
+                                : absl::StrCat("::", callee->name());
+  HierarchyEntry step = ClassifyHierarchyEntry(entry, outer.previous);
+  if (step.kind == HierarchyEntry::Kind::kEnters) {
+    inner.path = &plan->paths.emplace_back(
+        SitePath{outer.path, std::move(step.instance), std::move(step.type), {}});
+    inner.previous = entry;
+    inner.unknown_instance = false;
+    inner.position = kPositionSeed;
+  } else {
+    inner.unknown_instance =
+        outer.unknown_instance || step.kind == HierarchyEntry::Kind::kUnknownInstance;
+    inner.position = MixPosition(outer.position, call_site);
+  }
+  return inner;
+}
+
+using NodeContexts = absl::flat_hash_map<const torch::jit::Node*, const CallContext*>;
+
+// Gives `node` (and the nodes of its blocks) the stack and context of `context`.
+void Adopt(torch::jit::Node* node, const CallContext& context, NodeContexts* contexts) {
+  node->setCallStack(*context.stack);
+  (*contexts)[node] = &context;
+  for (torch::jit::Block* block : node->blocks()) {
+    for (torch::jit::Node* inner : block->nodes()) Adopt(inner, context, contexts);
+  }
+}
+
+void InlineBlock(torch::jit::Block* block, const CallContext& context, PrivatePlan* plan,
+                 NodeContexts* contexts);
+
+// Inlines the calls among the nodes from `first` up to (not including) `end`, which run in
+// `context`, and the calls in their blocks.
+void InlineNodes(torch::jit::Node* first, torch::jit::Node* end, const CallContext& context,
+                 PrivatePlan* plan, NodeContexts* contexts) {
+  for (torch::jit::Node* node = first; node != end;) {
+    torch::jit::Node* next = node->next();
+    const c10::Symbol kind = node->kind();
+    torch::jit::GraphFunction* callee =
+        kind == c10::prim::CallFunction || kind == c10::prim::CallMethod
+            ? torch::jit::tryToGraphFunction(node)
+            : nullptr;
+    if (callee == nullptr) {
+      for (torch::jit::Block* inner : node->blocks()) InlineBlock(inner, context, plan, contexts);
+      node = next;
+      continue;
+    }
+    const torch::jit::SourceRange call_site = node->sourceRange();
+    torch::jit::Node* before = node->prev();
+    if (kind == c10::prim::CallFunction) node->removeInput(0);  // the function constant
+    torch::jit::inlineCallTo(node, callee, callee->graph().get());
+    // The module instance inlineCallTo recorded for this call, from a node it annotated
+    // (ModuleInstanceInfo's constructor is not exported).
+    c10::optional<torch::jit::ModuleInstanceInfo> instance;
+    for (torch::jit::Node* inlined = before->next(); inlined != next; inlined = inlined->next()) {
+      if (c10::optional<torch::jit::InlinedCallStackPtr> stack = inlined->callstack()) {
+        instance = (*stack)->module_instance();
+        break;
+      }
+    }
+    const CallContext& inner = Enter(context, callee, call_site, instance, plan);
+    for (torch::jit::Node* inlined = before->next(); inlined != next; inlined = inlined->next()) {
+      Adopt(inlined, inner, contexts);
+    }
+    InlineNodes(before->next(), next, inner, plan, contexts);
+    node = next;
+  }
+}
+
+void InlineBlock(torch::jit::Block* block, const CallContext& context, PrivatePlan* plan,
+                 NodeContexts* contexts) {
+  InlineNodes(block->param_node()->next(), block->return_node(), context, plan, contexts);
+}
 
 // NOTE [Constant branches]
 // TorchScript compiles a module's constants (`__constants__`, such as ReLU's `inplace`)
@@ -267,31 +281,30 @@ torch::jit::Node* MarkerPosition(torch::jit::Node* op_node) {
   return position;
 }
 
-// Inlines a copy of `method`'s graph and puts a site marker before each node that
-// dispatches an op (NOTE [Marker placement]).
+// Inlines a copy of `method`'s graph (NOTE [Inlining from the top]) and puts a site marker
+// before each node that dispatches an op (NOTE [Marker placement]).
 std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& method,
-                                              std::deque<MarkedSite>* sites) {
+                                              PrivatePlan* plan) {
   std::shared_ptr<torch::jit::Graph> graph = method.graph()->copy();
-  InlinedGraphs inlined;
-  InlineCalls(graph->block(), &inlined);
+  const CallContext& top = plan->contexts.emplace_back();
+  NodeContexts contexts;  // the method's own nodes are in `top`
+  InlineBlock(graph->block(), top, plan, &contexts);
   FoldConstantBranches(graph->block());
   MarkAssignments(graph->block());
-  std::string top = "TOP";
-  if (!graph->inputs().empty()) {
-    if (auto self = graph->inputs()[0]->type()->cast<c10::ClassType>(); self && self->name()) {
-      std::string type = self->name()->qualifiedName();
-      top = absl::StrCat("TOP(", type.substr(type.find_last_of('.') + 1), ")");
-    }
-  }
-  top = absl::StrCat(top, "::", method.name());
   std::vector<torch::jit::Node*> nodes;
   CollectOpNodes(graph->block(), &nodes);
   for (torch::jit::Node* node : nodes) {
-    sites->push_back(SiteOf(node, top));
+    auto it = contexts.find(node);
+    const CallContext& context = it == contexts.end() ? top : *it->second;
+    MarkedSite& site = plan->sites.emplace_back();
+    site.op = node->kind();
+    site.path = context.path;
+    site.unknown_instance = context.unknown_instance;
+    site.position = MixPosition(context.position, node->sourceRange());
     torch::jit::WithInsertPoint insert_before(MarkerPosition(node));
-    torch::jit::Value* site =
-        graph->insertConstant(static_cast<int64_t>(reinterpret_cast<intptr_t>(&sites->back())));
-    graph->insertNode(graph->create(kSiteMarker, {site}, /*num_outputs=*/0));
+    torch::jit::Value* marker =
+        graph->insertConstant(static_cast<int64_t>(reinterpret_cast<intptr_t>(&site)));
+    graph->insertNode(graph->create(kSiteMarker, {marker}, /*num_outputs=*/0));
   }
   return graph;
 }
@@ -305,7 +318,7 @@ class PlanCache {
     if (plan.function == nullptr) {
       plan.source = source;
       plan.function = std::make_unique<torch::jit::GraphFunction>(
-          method.qualname(), MarkedCopy(method, &plan.sites), /*function_creator=*/nullptr,
+          method.qualname(), MarkedCopy(method, &plan), /*function_creator=*/nullptr,
           torch::jit::ExecutorExecutionMode::SIMPLE);
     }
     return *plan.function;

@@ -18,40 +18,41 @@ int32_t ModuleAddresses::Intern(const std::string& address) {
   return it->second;
 }
 
-int32_t ModuleAddresses::Resolve(const std::vector<std::pair<std::string, std::string>>& path,
-                                 bool* unresolved) {
-  int32_t current = 0;
+int32_t ModuleAddresses::Step(int32_t current, const std::string& instance,
+                              const std::string& type) {
   const std::vector<std::string>& addresses = *tree_.addresses;
   // A direct child's address is its parent's plus its name: one hash lookup, so resolving
   // a site does not grow with the number of siblings (2,000 layers in one Sequential).
   std::string child_address;
-  auto child_named = [&](int32_t parent, const std::string& name,
-                         const std::string& type) -> int32_t {
-    child_address = parent == 0 ? name : absl::StrCat(addresses[parent], ".", name);
+  auto child_named = [&](int32_t parent) -> int32_t {
+    child_address = parent == 0 ? instance : absl::StrCat(addresses[parent], ".", instance);
     auto it = tree_.ids->find(child_address);
     if (it == tree_.ids->end() || (*tree_.types)[it->second] != type) return -1;
     return it->second;
   };
-  for (const auto& [name, type] : path) {
-    int32_t next = child_named(current, name, type);
-    if (next < 0) {
-      // Through a container child: self.convs[0] is "convs.0".
-      for (int32_t container : (*tree_.children)[current]) {
-        const std::string& container_type = (*tree_.types)[container];
-        if (container_type != "ModuleList" && container_type != "ModuleDict" &&
-            container_type != "Sequential") {
-          continue;
-        }
-        const int32_t found = child_named(container, name, type);
-        if (found >= 0) {
-          if (next >= 0) {  // two containers hold such a module: ambiguous
-            next = -1;
-            break;
-          }
-          next = found;
-        }
-      }
+  int32_t next = child_named(current);
+  if (next >= 0) return next;
+  // Through a container child: self.convs[0] is "convs.0".
+  for (int32_t container : (*tree_.children)[current]) {
+    const std::string& container_type = (*tree_.types)[container];
+    if (container_type != "ModuleList" && container_type != "ModuleDict" &&
+        container_type != "Sequential") {
+      continue;
     }
+    const int32_t found = child_named(container);
+    if (found >= 0) {
+      if (next >= 0) return -1;  // two containers hold such a module: ambiguous
+      next = found;
+    }
+  }
+  return next;
+}
+
+int32_t ModuleAddresses::Resolve(const std::vector<std::pair<std::string, std::string>>& path,
+                                 bool* unresolved) {
+  int32_t current = 0;
+  for (const auto& [instance, type] : path) {
+    const int32_t next = Step(current, instance, type);
     if (next < 0) {
       *unresolved = true;
       return current;
@@ -61,40 +62,76 @@ int32_t ModuleAddresses::Resolve(const std::vector<std::pair<std::string, std::s
   return current;
 }
 
+int32_t ModuleAddresses::Resolve(const SitePath* path, bool* unresolved) {
+  // NOTE [Site paths]: walk up to the root or to a node resolved against this tree, then
+  // resolve the nodes below it in turn, caching each.
+  const uint64_t serial = tree_.serial;
+  std::vector<const SitePath*> pending;
+  uint64_t known = 0;  // (unresolved << 31) | module of the deepest cached ancestor
+  for (const SitePath* node = path; node != nullptr; node = node->parent) {
+    const uint64_t cached = node->resolved.load();
+    if (cached >> 32 == serial) {
+      known = cached & 0xffffffff;
+      break;
+    }
+    pending.push_back(node);
+  }
+  for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
+    if ((known >> 31 & 1) == 0) {  // an unresolved step stops the descent
+      const int32_t next = Step(static_cast<int32_t>(known), (*it)->instance, (*it)->type);
+      known = next < 0 ? (uint64_t{1} << 31 | known) : static_cast<uint32_t>(next);
+    }
+    (*it)->resolved.store(serial << 32 | known);
+  }
+  *unresolved = (known >> 31 & 1) != 0;
+  return static_cast<int32_t>(known & 0x7fffffff);
+}
+
+HierarchyEntry ClassifyHierarchyEntry(absl::string_view entry, absl::string_view previous) {
+  // Entries look like "TOP(Net)::forward", "block(Block)::forward",
+  // "SELF(Conv2d)::_conv_forward", "CALL_FUNCTION::relu()::relu" or "::helper". Only named
+  // instances descend. A method that a module calls on itself shows as SELF, or, depending
+  // on the order in which the inliner met the calls, under the module's own instance name
+  // and type again ("stem(Conv2d)::forward | stem(Conv2d)::_conv_forward"): both stay in
+  // the module. The same instance, type and method again cannot be the module calling
+  // itself (TorchScript has no recursion): it is a submodule of the same name and type
+  // ("inner(Wrap)::forward | inner(Wrap)::forward", modules nested in each other).
+  HierarchyEntry result;
+  const size_t paren = entry.find('(');
+  const size_t close = entry.find(')');
+  if (paren == 0 || paren == absl::string_view::npos || close == absl::string_view::npos) {
+    return result;  // a free function
+  }
+  const absl::string_view instance = entry.substr(0, paren);
+  if (instance == "INSTANCE_NAME_UNKNOWN") {
+    result.kind = HierarchyEntry::Kind::kUnknownInstance;
+    return result;
+  }
+  const absl::string_view instance_and_type = entry.substr(0, close + 1);
+  if (instance == "SELF" || absl::StartsWith(instance, "CALL_FUNCTION") ||
+      (absl::StartsWith(previous, instance_and_type) && previous != entry)) {
+    return result;
+  }
+  result.kind = HierarchyEntry::Kind::kEnters;
+  result.instance = std::string(instance);
+  result.type = std::string(entry.substr(paren + 1, close - paren - 1));
+  return result;
+}
+
 ParsedHierarchy ParseModuleHierarchy(const std::vector<std::string>& hierarchy) {
   ParsedHierarchy parsed;
-  // Entries look like "TOP(Net)::forward", "block(Block)::forward", "SELF(Conv2d)::_conv_forward",
-  // "CALL_FUNCTION::relu()::relu" or "::helper". Only named instances descend. A method that
-  // a module calls on itself shows as SELF, or, depending on the order in which the inliner
-  // met the calls, under the module's own instance name and type again
-  // ("stem(Conv2d)::forward | stem(Conv2d)::_conv_forward"): both stay in the module.
   std::vector<absl::string_view> path;
-  absl::string_view last_instance_and_type;
+  absl::string_view previous;
   for (size_t i = 1; i < hierarchy.size(); ++i) {
-    absl::string_view entry = hierarchy[i];
-    const size_t paren = entry.find('(');
-    const size_t close = entry.find(')');
-    if (paren == 0 || paren == absl::string_view::npos || close == absl::string_view::npos) {
-      continue;  // free function
-    }
-    absl::string_view instance = entry.substr(0, paren);
-    absl::string_view instance_and_type = entry.substr(0, close + 1);
-    if (instance == "INSTANCE_NAME_UNKNOWN") {
-      parsed.unknown_instance = true;
-      continue;
-    }
-    if (instance == "SELF" ||
-        absl::StartsWith(instance, "CALL_FUNCTION") ||
-        instance_and_type == last_instance_and_type) {
-      continue;
-    }
-    path.push_back(instance);
-    parsed.path.emplace_back(std::string(instance),
-                             std::string(entry.substr(paren + 1, close - paren - 1)));
-    last_instance_and_type = instance_and_type;
+    HierarchyEntry entry = ClassifyHierarchyEntry(hierarchy[i], previous);
+    if (entry.kind == HierarchyEntry::Kind::kUnknownInstance) parsed.unknown_instance = true;
+    if (entry.kind != HierarchyEntry::Kind::kEnters) continue;
+    previous = hierarchy[i];
+    parsed.path.emplace_back(std::move(entry.instance), std::move(entry.type));
     parsed.innermost = i;
     parsed.unknown_instance = false;
   }
+  for (const auto& [instance, type] : parsed.path) path.push_back(instance);
   parsed.address = absl::StrJoin(path, ".");
   return parsed;
 }

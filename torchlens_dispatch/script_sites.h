@@ -25,16 +25,45 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "torchlens_dispatch/layer_classes.h"
 
 namespace torchlens {
+
+// A value cached for the module tree it was computed against, (tree serial << 32) |
+// value; 0 when none. One atomic word, so threads capturing the same model can share it.
+class SerialTagged {
+ public:
+  SerialTagged() = default;
+  SerialTagged(const SerialTagged& other) : packed_(other.packed_.load()) {}
+  uint64_t load() const { return packed_.load(std::memory_order_relaxed); }
+  void store(uint64_t packed) const { packed_.store(packed, std::memory_order_relaxed); }
+
+ private:
+  mutable std::atomic<uint64_t> packed_{0};
+};
+
+// NOTE [Site paths]
+// The named module instances a site runs in, from the root inward, as ParseModuleHierarchy
+// reads them: a node of a tree shared by every site of a private plan, so that a site k
+// modules deep costs one node, not a path of k names (a model nested 1,000 deep has 1,000
+// sites at depths 1 to 1,000). Each node caches the module it resolves to, so that
+// resolving all the sites of a tree costs one step per node.
+struct SitePath {
+  const SitePath* parent = nullptr;  // nullptr: the root
+  std::string instance;              // "conv", or "0" for a container's element
+  std::string type;                  // "Conv2d"
+  // The module it resolved to: (unresolved << 31) | module id, tagged with the tree.
+  SerialTagged resolved;
+};
 
 // NOTE [Site markers]
 // Asking the interpreter where an op runs (`currentModuleHierarchy()` and
 // `currentCallstack()`) builds strings on every op, which costs more than the rest of the capture. A graph torchlens runs
 // itself (script_runner.h) is instead rewritten before its first run: each node that
 // dispatches an op is preceded by a call to the JIT-only op `torchlens::site`, whose
-// argument points at a `MarkedSite` computed once from the node's inlined call stack. The
+// argument points at a `MarkedSite` computed once from the calls the node was inlined
+// through (script_runner.cc, NOTE [Inlining from the top]). The
 // marker stores the pointer in a thread-local, and the recorder takes it on the next
 // user-level op, if that op is the node's operator; otherwise it asks the interpreter.
 // Marked sites live as long as the process (the private plans are never freed).
@@ -44,19 +73,6 @@ namespace torchlens {
 // after the op ran. A site does not prefetch the next one: on large models the prefetch
 // instruction itself stalled (profiled), and captures were faster without it.
 struct alignas(64) MarkedSite {
-  // A value cached for the module tree it was computed against, (tree serial << 32) |
-  // value; 0 when none. One atomic word, so threads capturing the same model can share it.
-  class SerialTagged {
-   public:
-    SerialTagged() = default;
-    SerialTagged(const SerialTagged& other) : packed_(other.packed_.load()) {}
-    uint64_t load() const { return packed_.load(std::memory_order_relaxed); }
-    void store(uint64_t packed) const { packed_.store(packed, std::memory_order_relaxed); }
-
-   private:
-    mutable std::atomic<uint64_t> packed_{0};
-  };
-
   c10::Symbol op;                 // the node's operator, e.g. aten::linear
   bool unknown_instance = false;  // see ParsedHierarchy
   uint64_t position = 0;          // as ScriptSites::Current computes it at run time
@@ -65,8 +81,8 @@ struct alignas(64) MarkedSite {
   SerialTagged resolved;
   // The number of its layer (NOTE [Layer classes]).
   SerialTagged layer_class;
-  // The named module instances from the root inward, as ParseModuleHierarchy gives them.
-  std::vector<std::pair<std::string, std::string>> path;
+  // The named module instances from the root inward (NOTE [Site paths]); nullptr: the root.
+  const SitePath* path = nullptr;
 };
 
 // Called by the marker op.
@@ -100,12 +116,17 @@ class ModuleAddresses {
   // or a child of one of its containers (ModuleList, ModuleDict, Sequential). Sets
   // `*unresolved` when a step cannot be followed (the result is the module reached).
   int32_t Resolve(const std::vector<std::pair<std::string, std::string>>& path, bool* unresolved);
+  // The same for a site path, memoized in its nodes (NOTE [Site paths]).
+  int32_t Resolve(const SitePath* path, bool* unresolved);
   uint32_t tree_serial() const { return tree_.serial; }
   LayerClasses* layer_classes() const { return tree_.layer_classes; }
   const std::shared_ptr<const std::vector<std::string>>& base() const { return base_; }
   std::vector<std::string> ReleaseExtra() { return std::move(extra_); }
 
  private:
+  // The module instance `instance` of type `type` inside module `current`, or -1.
+  int32_t Step(int32_t current, const std::string& instance, const std::string& type);
+
   ModuleTree tree_;
   std::shared_ptr<const std::vector<std::string>> base_;
   const absl::flat_hash_map<std::string, int32_t>* base_ids_;
@@ -143,6 +164,22 @@ class ScriptSites {
   size_t last_innermost_ = 0;
   bool last_unknown_ = false;
 };
+
+// One entry of a module hierarchy ("block1(ConvBlock)::forward", "::helper") read against
+// the last entry that entered a module (`previous`, "stem(Conv2d)::forward"): how it moves
+// the innermost module. Used for the interpreter's hierarchies and, one call at a time,
+// for the private plans' inlined calls, so that both read modules the same way.
+struct HierarchyEntry {
+  enum class Kind {
+    kStays,            // a free function, SELF, or another method of the same instance
+    kUnknownInstance,  // INSTANCE_NAME_UNKNOWN: some submodule of the current one
+    kEnters,           // a named instance: the new innermost module
+  };
+  Kind kind = Kind::kStays;
+  std::string instance;  // kEnters: "block1"
+  std::string type;      // kEnters: "ConvBlock"
+};
+HierarchyEntry ClassifyHierarchyEntry(absl::string_view entry, absl::string_view previous);
 
 struct ParsedHierarchy {
   // The named module instances from the root inward: (instance name, type name). An

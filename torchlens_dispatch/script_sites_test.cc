@@ -36,6 +36,17 @@ TEST(ParseModuleHierarchy, MethodOnSelfUnderTheInstanceName) {
   EXPECT_EQ(parsed.innermost, 1u);
 }
 
+// Modules nested in each other under one attribute name and type: the same method of the
+// same instance and type again is a submodule (TorchScript methods never call themselves).
+// Such chains used to collapse into the outermost module.
+TEST(ParseModuleHierarchy, NestedModulesOfTheSameNameAndType) {
+  const ParsedHierarchy parsed = Parse({"TOP(Net)::forward", "inner(Wrap)::forward",
+                                        "inner(Wrap)::forward", "inner(Wrap)::helper",
+                                        "inner(Wrap)::forward"});
+  EXPECT_EQ(parsed.address, "inner.inner.inner");
+  EXPECT_EQ(parsed.innermost, 4u);
+}
+
 TEST(ParseModuleHierarchy, UnnamedInstanceFromAModuleListLoop) {
   const ParsedHierarchy parsed =
       Parse({"TOP(Net)::forward", "classifier(ASPP)::forward",

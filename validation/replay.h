@@ -3,7 +3,7 @@
 // NOTE [Replay never writes captured data]
 // A trace's saved tensors are capture truth, and forks share them with the original.
 // Replay therefore clones every tensor argument the op writes (arguments whose schema has
-// a write annotation, and the state arguments of fused mutators, graph/fused_mutators.h)
+// a write annotation, and the state arguments of fused mutators, torchlens_dispatch/ops/fused_mutators.h)
 // before the call; all other arguments are passed as they are, since an op that does not
 // declare a write does not write. The call runs with the capture key excluded, so a replay
 // made while a capture is active on the thread is not recorded.

@@ -11,7 +11,8 @@ Why each one exists (Bazel 4.2.3 from Debian's `bazel-bootstrap`, no network):
     native rules instead.
   * `remote_coverage_tools`: `bazel test` references it even without `--coverage`.
   * `platforms`, `bazel_skylib`, `rules_java`: Debian ships them under /usr/share/bazel.
-  * `libtorch`, `absl`, `gtest`, `graphviz`, `nlohmann_json`: system libraries in /usr.
+  * `libtorch`, `absl`, `gtest`, `graphviz`, `nlohmann_json`, `zlib`: system libraries in
+    /usr.
 """
 
 load(":system_libs.bzl", "SYSTEM_LIBS_BUILD")

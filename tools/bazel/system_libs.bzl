@@ -56,6 +56,13 @@ cc_library(
     linkopts = ["-lgvc", "-lcgraph"],
 )
 
+# zlib1g-dev: inflating the deflated records of TorchScript archives before LibTorch
+# reads them (graph/zip_archive.h).
+cc_library(
+    name = "zlib",
+    linkopts = ["-lz"],
+)
+
 # nlohmann-json3-dev: header only.
 cc_library(name = "nlohmann_json")
 """

@@ -18,7 +18,7 @@ ABSL_LIBS=(-labsl_statusor -labsl_status -labsl_strerror -labsl_str_format_inter
 binary="$TEST_TMPDIR/$name"
 "$CLANG" -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize=vptr \
   -fno-sanitize-recover=undefined -I. -isystem /usr/include/torch/csrc/api/include "$@" \
-  -o "$binary" -ltorch -ltorch_cpu -lc10 "${ABSL_LIBS[@]}" -pthread
+  -o "$binary" -ltorch -ltorch_cpu -lc10 "${ABSL_LIBS[@]}" -lz -pthread
 corpus="$TEST_TMPDIR/corpus"
 mkdir -p "$corpus"
 cp tools/fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true

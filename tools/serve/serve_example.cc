@@ -15,9 +15,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,7 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "graph/trace_file.h"
+#include "graph/torch_load.h"
 #include "tools/cli_flags.h"
 #include "tools/serve/service.h"
 #include "torchlens_dispatch/load_model.h"
@@ -105,13 +103,10 @@ int main(int argc, char** argv) {
     }
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) {
-      std::ifstream file(absl::StrCat(input_dir, "/", name), std::ios::binary);
-      std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
-                              std::istreambuf_iterator<char>());
-      absl::StatusOr<c10::IValue> value = torchlens::LoadPickled(bytes);
-      if (!value.ok() || !value->isTensor()) {
-        return Fail(absl::StrCat(name, " is not a tensor saved with torch.save"));
-      }
+      absl::StatusOr<c10::IValue> value =
+          torchlens::LoadTorchSaved(absl::StrCat(input_dir, "/", name), "input file");
+      if (!value.ok()) return Fail(std::string(value.status().message()));
+      if (!value->isTensor()) return Fail(absl::StrCat(name, " does not hold one tensor"));
       const int id = static_cast<int>(batch.size());
       batch.push_back({id, value->toTensor(), capture.count(id) > 0});
     }

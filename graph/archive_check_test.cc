@@ -1,0 +1,321 @@
+// Hostile archives built byte by byte: each check of archive_check.h, zip_archive.h and
+// pickle_values.h, and the message that names what is wrong.
+#include "graph/archive_check.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace torchlens {
+namespace {
+
+using ::testing::HasSubstr;
+
+void Put(std::string* out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(value >> (8 * i)));
+}
+
+// A zip of stored entries, as torch.save writes it.
+std::string Zip(const std::vector<std::pair<std::string, std::string>>& records) {
+  std::string out, directory;
+  for (const auto& [name, data] : records) {
+    const uint64_t local = out.size();
+    Put(&out, 0x04034b50, 4);
+    Put(&out, 20, 2);  // version needed
+    Put(&out, 0, 2);   // flags
+    Put(&out, 0, 2);   // stored
+    Put(&out, 0, 4);   // time, date
+    Put(&out, 0, 4);   // crc (not checked, as PyTorch does not)
+    Put(&out, data.size(), 4);
+    Put(&out, data.size(), 4);
+    Put(&out, name.size(), 2);
+    Put(&out, 0, 2);
+    out += name + data;
+    Put(&directory, 0x02014b50, 4);
+    Put(&directory, 20, 2);
+    Put(&directory, 20, 2);
+    Put(&directory, 0, 2);
+    Put(&directory, 0, 2);
+    Put(&directory, 0, 4);
+    Put(&directory, 0, 4);
+    Put(&directory, data.size(), 4);
+    Put(&directory, data.size(), 4);
+    Put(&directory, name.size(), 2);
+    Put(&directory, 0, 2);  // extra
+    Put(&directory, 0, 2);  // comment
+    Put(&directory, 0, 2);  // disk
+    Put(&directory, 0, 2);  // internal attributes
+    Put(&directory, 0, 4);  // external attributes
+    Put(&directory, local, 4);
+    directory += name;
+  }
+  const uint64_t directory_offset = out.size();
+  out += directory;
+  Put(&out, 0x06054b50, 4);
+  Put(&out, 0, 4);
+  Put(&out, records.size(), 2);
+  Put(&out, records.size(), 2);
+  Put(&out, directory.size(), 4);
+  Put(&out, directory_offset, 4);
+  Put(&out, 0, 2);
+  return out;
+}
+
+// Pickle assembly: each helper returns the opcodes that push one value.
+std::string Str(const std::string& s) {
+  std::string out = "X";
+  Put(&out, s.size(), 4);
+  return out + s;
+}
+std::string Int(int64_t v) {
+  if (v >= INT32_MIN && v <= INT32_MAX) {
+    std::string out = "J";  // BININT
+    Put(&out, static_cast<uint64_t>(v), 4);
+    return out;
+  }
+  std::string out = "\x8a\x08";  // LONG1 of 8 bytes
+  Put(&out, static_cast<uint64_t>(v), 8);
+  return out;
+}
+std::string Ints(const std::vector<int64_t>& values) {
+  std::string out = "(";
+  for (int64_t v : values) out += Int(v);
+  return out + "t";
+}
+// torch._utils._rebuild_tensor_v2 of the float storage data/<key> of `numel` elements.
+std::string Tensor(const std::string& key, int64_t numel, int64_t offset,
+                   const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  return "ctorch._utils\n_rebuild_tensor_v2\n((" + Str("storage") + "ctorch\nFloatStorage\n" +
+         Str(key) + Str("cpu") + Int(numel) + "tQ" + Int(offset) + Ints(sizes) + Ints(strides) +
+         "\x89" + "ccollections\nOrderedDict\n)R" + "tR";
+}
+std::string Program(const std::string& body) { return "\x80\x02" + body + "."; }
+
+std::string FloatRecord(int64_t numel) { return std::string(4 * numel, '\0'); }
+
+std::string SavedTensor(const std::string& tensor, int64_t stored) {
+  return Zip({{"archive/data.pkl", Program(tensor)},
+              {"archive/data/0", FloatRecord(stored)},
+              {"archive/version", "3\n"}});
+}
+
+std::string Message(absl::string_view bytes, ArchiveKind kind = ArchiveKind::kTorchSave) {
+  absl::StatusOr<CheckedArchive> checked = CheckTorchArchive(bytes, kind);
+  EXPECT_EQ(checked.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(checked.status().message());
+}
+
+TEST(ArchiveCheckTest, AValidTensorPasses) {
+  const std::string bytes = SavedTensor(Tensor("0", 6, 0, {2, 3}, {3, 1}), 6);
+  absl::StatusOr<CheckedArchive> checked = CheckTorchArchive(bytes, ArchiveKind::kTorchSave);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  ASSERT_EQ(checked->data.tensors.size(), 1u);
+  EXPECT_EQ(checked->data.tensors[0].sizes, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(checked->data.tensors[0].strides, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(checked->storage_records.at(0).name, "archive/data/0");
+  EXPECT_EQ(checked->tensor_names.at(0), "");
+}
+
+// LibTorch's unpickler popped what its stack did not hold: "free(): invalid size" or a
+// segfault, in trace files and model archives alike.
+TEST(ArchiveCheckTest, OpcodesThatPopAShortStackAreRefused) {
+  for (const char* body : {"K\x01\x86", "K\x01K\x02\x87", "K\x01R", "K\x01" "b", "K\x01\x81",
+                           "K\x01(\x86", "t", "K\x01" "e", "]K\x01u"}) {
+    for (ArchiveKind kind : {ArchiveKind::kTorchSave, ArchiveKind::kTorchScript}) {
+      const std::string bytes =
+          Zip({{"m/data.pkl", Program(body)}, {"m/code/__torch__.py", "x"}});
+      const std::string message = Message(bytes, kind);
+      EXPECT_THAT(message, ::testing::AnyOf(HasSubstr("takes values the stack does not hold"),
+                                            HasSubstr("needs a MARK"),
+                                            HasSubstr("a key without its value")))
+          << body;
+      EXPECT_THAT(message, HasSubstr("m/data.pkl: pickle opcode 0x")) << body;
+    }
+  }
+}
+
+TEST(ArchiveCheckTest, MemoIdsBeyondThoseStoredAreRefused) {
+  // BINPUT 0, then LONG_BINPUT 1000000: LibTorch grows its memo to any id it is given.
+  const std::string bytes =
+      Zip({{"a/data.pkl", Program(std::string("K\x01q\x00r\x40\x42\x0f\x00", 9))}});
+  EXPECT_THAT(Message(bytes), HasSubstr("memo id 1000000 with 1 values memoized"));
+  const std::string get = Zip({{"a/data.pkl", Program("h\x05")}});
+  EXPECT_THAT(Message(get), HasSubstr("memo id 5 with 0 values memoized"));
+}
+
+// The --input crashes (16 MB and 4 GB sizes, offset and stride variants) and the silent
+// heap reads of smaller overruns.
+TEST(ArchiveCheckTest, TensorsReachingPastTheirStorageAreRefused) {
+  struct Case {
+    int64_t offset;
+    std::vector<int64_t> sizes, strides;
+    const char* expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {0, {2048, 2048}, {2048, 1}, "reaches element 4194303 of its storage data/0, which holds 6"},
+           {0, {65536, 16384}, {16384, 1}, "reaches element 1073741823"},
+           {1 << 20, {2, 3}, {3, 1}, "reaches element 1048581"},
+           {0, {2, 3}, {1 << 20, 1}, "reaches element 1048578"},
+           {0, {2, 4}, {4, 1}, "reaches element 7"},
+           {0, {7}, {1}, "(Float, sizes [7], strides [1], offset 0) reaches element 6"},
+           {0, {1 << 30, 1 << 30, 1 << 30}, {0, 0, 0}, "more than 2^63 - 1 elements"},
+           {0, {1 << 30, 1 << 30}, {1 << 30, 1 << 30}, "reaches element 2305843007066210304"},
+           {5, {6}, {-1}, "negative size, stride or offset"},
+           {-1, {2}, {1}, "negative size, stride or offset"},
+           {0, {2, 3}, {1}, "2 sizes and 1 strides"},
+       }) {
+    const std::string bytes = SavedTensor(Tensor("0", 6, c.offset, c.sizes, c.strides), 6);
+    const std::string message = Message(bytes);
+    EXPECT_THAT(message, HasSubstr("the saved tensor")) << c.expected;
+    EXPECT_THAT(message, HasSubstr(c.expected));
+  }
+  // No element read: an empty tensor fits any storage, however large its strides.
+  const std::string empty = SavedTensor(Tensor("0", 0, 7, {0, 5}, {1 << 20, 1}), 0);
+  EXPECT_TRUE(CheckTorchArchive(empty, ArchiveKind::kTorchSave).ok());
+}
+
+// A data/N record cut short: LibTorch made a storage of the claimed size over the shorter
+// record's buffer.
+TEST(ArchiveCheckTest, StoragesLargerThanTheirRecordsAreRefused) {
+  EXPECT_THAT(Message(SavedTensor(Tensor("0", 1 << 20, 0, {6}, {1}), 6)),
+              HasSubstr("storage data/0 of the saved tensor claims 1048576 Float elements "
+                        "(4194304 bytes), but its record holds 24 bytes (truncated?)"));
+  EXPECT_THAT(Message(SavedTensor(Tensor("7", 6, 0, {6}, {1}), 6)),
+              HasSubstr("storage data/7 of the saved tensor has no record in the archive"));
+  EXPECT_THAT(
+      Message(SavedTensor(Tensor("0", int64_t{1} << 62, 0, {6}, {1}), 6)),
+      HasSubstr("claims 4611686018427387904 Float elements (2^64 or more bytes)"));
+}
+
+// Errors name the tensor where it sits: a module's parameter in a TorchScript archive, an
+// element of a saved list.
+TEST(ArchiveCheckTest, TensorsAreNamedByWhereTheySit) {
+  // Net() with state {"fc": Linear() with state {"weight": <tensor>}}.
+  const std::string bad_weight = Tensor("0", 4, 0, {2, 4}, {4, 1});
+  const std::string module =
+      "c__torch__\nNet\n)\x81}(" + Str("fc") + "c__torch__\nLinear\n)\x81}(" + Str("weight") +
+      bad_weight + "ub" + "ub";
+  const std::string archive =
+      Zip({{"net/data.pkl", Program(module)}, {"net/data/0", FloatRecord(4)},
+           {"net/code/__torch__.py", "class Net: pass\n"}, {"net/constants.pkl", Program(")")}});
+  EXPECT_THAT(Message(archive, ArchiveKind::kTorchScript),
+              HasSubstr("net/data.pkl: tensor 'fc.weight' (Float, sizes [2, 4], strides [4, 1], "
+                        "offset 0) reaches element 7 of its storage data/0, which holds 4 elements"));
+  // torch.save data holds no objects.
+  EXPECT_THAT(Message(archive, ArchiveKind::kTorchSave), HasSubstr("an object of __torch__.Net"));
+
+  const std::string list = "](" + Tensor("0", 6, 0, {6}, {1}) + Tensor("0", 6, 0, {3}, {3}) + "e";
+  EXPECT_THAT(Message(SavedTensor(list, 6)), HasSubstr("tensor '[1]'"));
+  const std::string dict = "}(" + Str("x") + Tensor("0", 6, 0, {9}, {1}) + "u";
+  EXPECT_THAT(Message(SavedTensor(dict, 6)), HasSubstr("tensor '['x']'"));
+}
+
+TEST(ArchiveCheckTest, ConstantsAndDebugInformationAreCheckedToo) {
+  auto script = [](const std::string& constants, const std::string& debug) {
+    return Zip({{"m/data.pkl", Program("N")},
+                {"m/constants.pkl", Program(constants)},
+                {"m/constants/0", FloatRecord(2)},
+                {"m/code/__torch__.py", "x"},
+                {"m/code/__torch__.py.debug_pkl", Program(debug)}});
+  };
+  EXPECT_TRUE(CheckTorchArchive(script("(" + Tensor("0", 2, 0, {2}, {1}) + "t", ")"),
+                                ArchiveKind::kTorchScript)
+                  .ok());
+  EXPECT_THAT(Message(script("(" + Tensor("0", 2, 0, {3}, {1}) + "t", ")"),
+                      ArchiveKind::kTorchScript),
+              HasSubstr("m/constants.pkl: tensor '[0]'"));
+  EXPECT_THAT(Message(script(")", "K\x01\x86"), ArchiveKind::kTorchScript),
+              HasSubstr("m/code/__torch__.py.debug_pkl: pickle opcode 0x86"));
+  // A torch.save file given as a model: no code.
+  EXPECT_THAT(Message(SavedTensor(Tensor("0", 6, 0, {6}, {1}), 6), ArchiveKind::kTorchScript),
+              HasSubstr("it holds no code"));
+}
+
+// NOTE [Debug information]: LibTorch reads it inside a noexcept function, unchecked.
+TEST(ArchiveCheckTest, DebugInformationMustHaveLibTorchsForm) {
+  auto script = [](const std::string& debug) {
+    return Zip({{"m/data.pkl", Program("N")},
+                {"m/code/__torch__.py", "x"},
+                {"m/code/__torch__.py.debug_pkl", Program(debug)}});
+  };
+  const std::string table = "(" + Str("") + Str("def f(x):\n") + Str("f.py") + "t";
+  auto range = [](const std::string& pieces, int64_t file) {
+    return "ctorch.jit._pickle\nbuild_intlist\n(](" + pieces + "etR" + Int(file) + Int(1) +
+           "\x87" + Int(0) + Int(3) + "\x87";
+  };
+  auto lines = [](const std::string& one_range) { return "((" + Int(10) + one_range + Int(0) + "ttt"; };
+  // ("FORMAT_WITH_STRING_TABLE", table, ((10, range, 0),)): as LibTorch writes it.
+  const std::string good =
+      "(" + Str("FORMAT_WITH_STRING_TABLE") + table + lines(range(Int(1), 2));
+  ASSERT_TRUE(CheckTorchArchive(script(good), ArchiveKind::kTorchScript).ok());
+  EXPECT_THAT(Message(script("(" + Str("FORMAT_WITH_STRING_TABLE") + table +
+                             lines(range(Int(7), 2))),
+                      ArchiveKind::kTorchScript),
+              HasSubstr("m/code/__torch__.py.debug_pkl: debug information LibTorch cannot read "
+                        "safely: a text index out of range"));
+  EXPECT_THAT(Message(script("(" + Str("FORMAT_WITH_STRING_TABLE") + table +
+                             lines(range(Int(1), 9))),
+                      ArchiveKind::kTorchScript),
+              HasSubstr("a malformed source"));
+  // A global LibTorch does not know (it throws), and an opcode it does not read.
+  EXPECT_THAT(Message(script("ctorch.jit._pickle\nbpsld_intlist\n)R"), ArchiveKind::kTorchScript),
+              HasSubstr("values other than tuples, lists of ints, strings and ints"));
+  EXPECT_THAT(Message(script("]K\x01" "a"), ArchiveKind::kTorchScript),
+              HasSubstr("an opcode LibTorch 1.13's unpickler does not read"));
+}
+
+// LibTorch walks loaded values recursively: a list holding itself, or a chain of lists
+// deeper than the recorded depths say, would overflow its stack.
+TEST(ArchiveCheckTest, ValuesThatContainThemselvesOrNestTooDeeplyAreRefused) {
+  // EMPTY_LIST, BINPUT 0, BINGET 0, APPEND: the list holds itself.
+  EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(std::string("]q\x00h\x00" "a", 6))}})),
+              HasSubstr("contains itself"));
+  // 12,000 nested lists: ']' x 12000, then APPEND x 11999.
+  const std::string deep = std::string(12000, ']') + std::string(11999, 'a');
+  EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(deep)}})),
+              HasSubstr("values nest deeper than 10000 levels"));
+  // A chain built outside in, whose recorded depths stay small: lists 0..11999 memoized,
+  // then each appended into the one before it.
+  std::string chain;
+  for (uint32_t i = 0; i < 12000; ++i) {
+    chain += "]r";
+    Put(&chain, i, 4);
+    chain += "0";  // POP
+  }
+  chain += "j";
+  Put(&chain, 0, 4);
+  for (uint32_t i = 0; i + 1 < 12000; ++i) {
+    chain += "j";
+    Put(&chain, i, 4);
+    chain += "j";
+    Put(&chain, i + 1, 4);
+    chain += "a0";  // APPEND, POP
+  }
+  EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(chain)}})),
+              HasSubstr("values nest deeper than 10000 levels"));
+}
+
+TEST(ArchiveCheckTest, ZipDirectoriesThatLieAreRefused) {
+  const std::string good = SavedTensor(Tensor("0", 6, 0, {6}, {1}), 6);
+  ASSERT_TRUE(CheckTorchArchive(good, ArchiveKind::kTorchSave).ok());
+  EXPECT_THAT(Message(good.substr(0, good.size() - 30)), HasSubstr("end-of-directory"));
+  EXPECT_THAT(Message(Zip({{"a/data.pkl", Program("N")}, {"a/data.pkl", Program("N")}})),
+              HasSubstr("zip entry a/data.pkl appears twice"));
+  EXPECT_THAT(Message(Zip({{"data.pkl", Program("N")}})), HasSubstr("is not in a directory"));
+  EXPECT_THAT(Message(Zip({{"a/version", "3\n"}})), HasSubstr("no record a/data.pkl"));
+  // A stored entry that claims more bytes than follow it.
+  std::string long_entry = good;
+  const size_t directory = long_entry.find("PK\x01\x02");
+  ASSERT_NE(directory, std::string::npos);
+  long_entry[directory + 23] = '\x7f';  // the directory's sizes, not the local header's, count
+  long_entry[directory + 27] = '\x7f';
+  EXPECT_THAT(Message(long_entry), HasSubstr("bytes past the end"));
+}
+
+}  // namespace
+}  // namespace torchlens
