@@ -30,8 +30,34 @@ class TensorNamer {
 
   absl::Status Walk(std::vector<std::string>* names) {
     names_.assign(values_.tensors.size(), "(unreachable)");
+    // An explicit stack, not recursion: values may nest kMaxPickleNesting deep, and the
+    // walk must not need that many native frames (under AddressSanitizer, 10,000 frames
+    // overflow an 8 MB stack).
     std::string path;
-    if (absl::Status s = Visit(values_.root, &path, 0); !s.ok()) return s;
+    std::vector<Frame> stack;
+    if (absl::Status s = Enter(values_.root, 0, 0, &path, &stack); !s.ok()) return s;
+    while (!stack.empty()) {
+      Frame& frame = stack.back();
+      uint32_t child = kNoNode;
+      std::string step;
+      bool state_dict = false;
+      if (!NextChild(&frame, path, &child, &step, &state_dict)) {
+        state_[frame.id] = kDone;
+        path.resize(frame.restore);
+        stack.pop_back();
+        continue;
+      }
+      const uint32_t depth = frame.depth;
+      if (state_dict) {
+        // An object's attributes: named "stem.weight", at the object's own depth.
+        state_[child] = kVisiting;
+        stack.push_back(Frame{child, depth, path.size(), 0, true});
+        continue;
+      }
+      const size_t restore = path.size();
+      path += step;
+      if (absl::Status s = Enter(child, depth + 1, restore, &path, &stack); !s.ok()) return s;
+    }
     *names = std::move(names_);
     return absl::OkStatus();
   }
@@ -39,15 +65,18 @@ class TensorNamer {
  private:
   enum State : uint8_t { kUnvisited, kVisiting, kDone };
 
-  absl::Status Child(uint32_t id, std::string* path, absl::string_view step, uint32_t depth) {
-    const size_t length = path->size();
-    path->append(step.data(), step.size());
-    absl::Status s = Visit(id, path, depth + 1);
-    path->resize(length);
-    return s;
-  }
+  // A container being walked: its next child is `next` (for dicts, keys and values in
+  // turn). `restore` is the path's length before this container's step.
+  struct Frame {
+    uint32_t id;
+    uint32_t depth;
+    size_t restore;
+    size_t next;
+    bool state_dict;  // an object's state dict: values are attributes
+  };
 
-  absl::Status Visit(uint32_t id, std::string* path, uint32_t depth) {
+  absl::Status Enter(uint32_t id, uint32_t depth, size_t restore, std::string* path,
+                     std::vector<Frame>* stack) {
     if (depth > kMaxPickleNesting) {
       return absl::InvalidArgumentError(
           absl::StrCat("values nest deeper than ", kMaxPickleNesting, " levels"));
@@ -56,60 +85,71 @@ class TensorNamer {
       return absl::InvalidArgumentError(
           absl::StrCat("the value at '", *path, "' contains itself"));
     }
-    if (state_[id] == kDone) return absl::OkStatus();  // shared: named where first seen
-    state_[id] = kVisiting;
     const PickleNode& node = values_.nodes[id];
-    absl::Status s;
-    switch (node.kind) {
-      case Kind::kTensor:
-        names_[node.index] = *path;
-        break;
-      case Kind::kTuple:
-      case Kind::kList:
-        for (size_t i = 0; i < node.items.size() && s.ok(); ++i) {
-          s = Child(node.items[i], path, absl::StrCat("[", i, "]"), depth);
-        }
-        break;
-      case Kind::kDict:
-        for (size_t i = 0; i + 1 < node.items.size() && s.ok(); i += 2) {
-          const PickleNode& key = values_.nodes[node.items[i]];
-          s = Child(node.items[i], path, "(a key)", depth);
-          if (!s.ok()) break;
-          s = Child(node.items[i + 1], path,
-                    key.kind == Kind::kString ? absl::StrCat("['", absl::CHexEscape(key.text), "']")
-                    : key.kind == Kind::kInt  ? absl::StrCat("[", key.int_value, "]")
-                                              : std::string("[?]"),
-                    depth);
-        }
-        break;
-      case Kind::kObject:
-        s = Child(node.items[1], path, "(arguments)", depth);
-        if (s.ok() && node.state != kNoNode) s = VisitState(node.state, path, depth);
-        break;
-      default:
-        break;
+    if (state_[id] == kUnvisited) {
+      switch (node.kind) {
+        case Kind::kTuple:
+        case Kind::kList:
+        case Kind::kDict:
+        case Kind::kObject:
+          state_[id] = kVisiting;
+          stack->push_back(Frame{id, depth, restore, 0, false});
+          return absl::OkStatus();
+        case Kind::kTensor:
+          names_[node.index] = *path;
+          break;
+        default:
+          break;
+      }
+      state_[id] = kDone;
     }
-    state_[id] = kDone;
-    return s;
+    path->resize(restore);  // shared values are named where first seen
+    return absl::OkStatus();
   }
 
-  // An object's state: a dict of attributes ("stem.weight"), or anything else.
-  absl::Status VisitState(uint32_t id, std::string* path, uint32_t depth) {
-    const PickleNode& state = values_.nodes[id];
-    if (state.kind != Kind::kDict || state_[id] != kUnvisited) return Child(id, path, "", depth);
-    state_[id] = kVisiting;
-    absl::Status s;
-    for (size_t i = 0; i + 1 < state.items.size() && s.ok(); i += 2) {
-      const PickleNode& key = values_.nodes[state.items[i]];
-      s = Child(state.items[i], path, "(a key)", depth);
-      if (!s.ok()) break;
-      const std::string attribute =
-          key.kind == Kind::kString ? absl::CHexEscape(key.text) : std::string("?");
-      s = Child(state.items[i + 1], path, path->empty() ? attribute : absl::StrCat(".", attribute),
-                depth);
+  // The frame's next child and the step that names it; false when there is none.
+  bool NextChild(Frame* frame, const std::string& path, uint32_t* child, std::string* step,
+                 bool* state_dict) const {
+    const PickleNode& node = values_.nodes[frame->id];
+    if (frame->state_dict || node.kind == Kind::kDict) {
+      const size_t i = frame->next++;
+      if ((i | 1) >= node.items.size()) return false;
+      *child = node.items[i];
+      if (i % 2 == 0) {
+        *step = "(a key)";
+        return true;
+      }
+      const PickleNode& key = values_.nodes[node.items[i - 1]];
+      if (frame->state_dict) {
+        const std::string attribute =
+            key.kind == Kind::kString ? absl::CHexEscape(key.text) : std::string("?");
+        *step = path.empty() ? attribute : absl::StrCat(".", attribute);
+      } else {
+        *step = key.kind == Kind::kString ? absl::StrCat("['", absl::CHexEscape(key.text), "']")
+                : key.kind == Kind::kInt  ? absl::StrCat("[", key.int_value, "]")
+                                          : std::string("[?]");
+      }
+      return true;
     }
-    state_[id] = kDone;
-    return s;
+    if (node.kind == Kind::kObject) {
+      const size_t i = frame->next++;
+      if (i == 0) {
+        *child = node.items[1];
+        *step = "(arguments)";
+        return true;
+      }
+      if (i > 1 || node.state == kNoNode) return false;
+      *child = node.state;
+      step->clear();
+      *state_dict = values_.nodes[node.state].kind == Kind::kDict &&
+                    state_[node.state] == kUnvisited;
+      return true;
+    }
+    const size_t i = frame->next++;  // a tuple or a list
+    if (i >= node.items.size()) return false;
+    *child = node.items[i];
+    *step = absl::StrCat("[", i, "]");
+    return true;
   }
 
   const PickleValues& values_;

@@ -1,14 +1,12 @@
 #include "graph/op_timing.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "graph/file_io.h"
 
 namespace torchlens {
 namespace {
@@ -98,15 +96,7 @@ absl::StatusOr<std::string> ChromeTraceJson(const Trace& trace) {
 absl::Status WriteChromeTrace(const Trace& trace, const std::string& path) {
   absl::StatusOr<std::string> json = ChromeTraceJson(trace);
   if (!json.ok()) return json.status();
-  std::ofstream out(path);
-  if (!out.good()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write the Chrome trace to '", path, "': ", std::strerror(errno)));
-  }
-  out << *json << "\n";
-  out.close();
-  if (!out.good()) return absl::InternalError(absl::StrCat("cannot finish writing '", path, "'"));
-  return absl::OkStatus();
+  return WriteFileBytes(path, absl::StrCat(*json, "\n"), "Chrome trace");
 }
 
 }  // namespace torchlens

@@ -240,3 +240,7 @@ extern "C" const char* __lsan_default_suppressions() {
   return "leak:libfontconfig.so\nleak:libpango\nleak:libcairo.so\nleak:libgvc.so\n"
          "leak:libgvplugin_\nleak:libglib-2.0.so\nleak:libgobject-2.0.so\n";
 }
+
+// Used suppressions are printed to stderr at exit by default, which would add lines to the
+// command-line tool's one-line errors.
+extern "C" const char* __lsan_default_options() { return "print_suppressions=0"; }

@@ -19,6 +19,8 @@ const char kUsage[] =
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
     "                 [--validate] [--edit LABEL=VALUE ...] [--render FILE.svg|png|pdf]\n"
     "                 [--show_buffers never|meaningful|always] [--json FILE] [--save FILE]\n"
+    "                 [--compare TRACE | --compare_model FILE.pt] [--hash] [--non_finite]\n"
+    "                 [--chrome_trace FILE.json]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
     "buffers. Without --model it traces the demo model bundled with the binary (its\n"
@@ -40,7 +42,14 @@ const char kUsage[] =
     "  --show_buffers S    buffers drawn: never, meaningful (default: hides BatchNorm\n"
     "                      running statistics and counters) or always\n"
     "  --json FILE         write the trace's metadata as JSON\n"
-    "  --save FILE         write a trace file (torch.load reads it in Python)\n";
+    "  --save FILE         write a trace file (torch.load reads it in Python)\n"
+    "  --compare TRACE     compare with a trace file written by --save: each node's\n"
+    "                      largest differences, the first divergence marked\n"
+    "  --compare_model M   run model M on the same inputs and compare its trace\n"
+    "  --hash              print the structure hash (the same for any inputs of these\n"
+    "                      shapes; it changes when an op, edge, shape or module does)\n"
+    "  --non_finite        print the first op whose output holds NaN or Inf\n"
+    "  --chrome_trace F    time every op and write a Chrome trace (Perfetto) to F\n";
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text) {
   if (text.empty()) {
@@ -143,9 +152,16 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     } else if (name == "validate") {
       if (absl::Status s = no_value(); !s.ok()) return s;
       options.validate = true;
+    } else if (name == "hash") {
+      if (absl::Status s = no_value(); !s.ok()) return s;
+      options.hash = true;
+    } else if (name == "non_finite") {
+      if (absl::Status s = no_value(); !s.ok()) return s;
+      options.non_finite = true;
     } else if (name == "model" || name == "input" || name == "summary" || name == "input_shape" ||
                name == "mode" || name == "seed" || name == "edit" || name == "render" ||
-               name == "show_buffers" || name == "json" || name == "save") {
+               name == "show_buffers" || name == "json" || name == "save" ||
+               name == "compare" || name == "compare_model" || name == "chrome_trace") {
       absl::StatusOr<std::string> v = take_value();
       if (!v.ok()) return v.status();
       if (name == "model") {
@@ -165,6 +181,12 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
         options.json_file = *v;
       } else if (name == "save") {
         options.save_file = *v;
+      } else if (name == "compare") {
+        options.compare_trace = *v;
+      } else if (name == "compare_model") {
+        options.compare_model = *v;
+      } else if (name == "chrome_trace") {
+        options.chrome_trace = *v;
       } else if (name == "show_buffers") {
         if (*v != "never" && *v != "meaningful" && *v != "always") {
           return absl::InvalidArgumentError(
@@ -196,6 +218,14 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   if ((options.validate || !options.edits.empty()) && !options.save_activations) {
     return absl::InvalidArgumentError(absl::StrCat(options.validate ? "--validate" : "--edit",
                                                    " needs saved values; drop --no_save"));
+  }
+  if (!options.compare_trace.empty() && !options.compare_model.empty()) {
+    return absl::InvalidArgumentError("give --compare or --compare_model, not both");
+  }
+  if ((!options.compare_trace.empty() || !options.compare_model.empty() || options.non_finite) &&
+      !options.save_activations) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.non_finite ? "--non_finite" : "--compare", " needs saved values; drop --no_save"));
   }
   if (!options.input_shapes.empty() && !options.input_file.empty()) {
     return absl::InvalidArgumentError("give --input_shape or --input, not both");

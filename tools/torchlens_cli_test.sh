@@ -162,6 +162,57 @@ expect_error "sparse --save" "op 'to_sparse_1_2:1' holds a sparse tensor" \
 [[ -e "$TEST_TMPDIR/sparse.trace.pt" ]] && fail "sparse --save wrote a trace file"
 grep -q '"ops"' "$TEST_TMPDIR/sparse.json" || fail "sparse --save: --json not written"
 
+# Answers over traces (README "Answers"): the structure hash, the first non-finite value,
+# comparisons with a saved trace and with a second model, a Chrome trace of timed ops.
+"$TOOL" --hash --seed 1 >"$TEST_TMPDIR/h1.txt" 2>"$TEST_TMPDIR/err" || fail "--hash failed: $(cat "$TEST_TMPDIR/err")"
+"$TOOL" --hash --seed 2 >"$TEST_TMPDIR/h2.txt" 2>&1 || fail "--hash --seed 2 failed"
+"$TOOL" --hash --mode train >"$TEST_TMPDIR/h3.txt" 2>&1 || fail "--hash --mode train failed"
+hash1=$(sed -n 's/^Structure hash: \([0-9a-f]\{16\}\)$/\1/p' "$TEST_TMPDIR/h1.txt")
+[[ -n $hash1 ]] || fail "--hash printed no 16-digit hash"
+grep -qx "Structure hash: $hash1" "$TEST_TMPDIR/h2.txt" || fail "--hash differs between input values"
+grep -qx "Structure hash: $hash1" "$TEST_TMPDIR/h3.txt" && fail "--hash is the same in training mode (BatchNorm writes its buffers)"
+
+"$TOOL" --model testdata/divide_by_zero.pt --input_shape 2,3 --non_finite >"$TEST_TMPDIR/nf.txt" 2>"$TEST_TMPDIR/err" ||
+  fail "--non_finite failed: $(cat "$TEST_TMPDIR/err")"
+grep -qF "First non-finite value: div_1_4:1 in '' (NaN" "$TEST_TMPDIR/nf.txt" ||
+  grep -qF "First non-finite value: div_1_4:1 in '' (Inf" "$TEST_TMPDIR/nf.txt" || fail "--non_finite names the wrong op: $(grep -i finite "$TEST_TMPDIR/nf.txt")"
+grep -qF "parents: relu_1_2:1 (finite), sub_1_3:1 (finite)" "$TEST_TMPDIR/nf.txt" || fail "--non_finite lacks the finite parents"
+"$TOOL" --non_finite >"$TEST_TMPDIR/nf0.txt" 2>&1 || fail "--non_finite on the demo failed"
+grep -qx "Non-finite values: none" "$TEST_TMPDIR/nf0.txt" || fail "--non_finite found a NaN in the demo"
+expect_error "non_finite without values" "needs saved values" --non_finite --no_save
+
+"$TOOL" --save "$TEST_TMPDIR/ref.pt" >/dev/null 2>&1 || fail "--save of the reference failed"
+"$TOOL" --compare "$TEST_TMPDIR/ref.pt" >"$TEST_TMPDIR/c0.txt" 2>"$TEST_TMPDIR/err" || fail "--compare failed: $(cat "$TEST_TMPDIR/err")"
+grep -qx "no divergence" "$TEST_TMPDIR/c0.txt" || fail "--compare of the same run diverged: $(tail -3 "$TEST_TMPDIR/c0.txt")"
+"$TOOL" --seed 1 --compare "$TEST_TMPDIR/ref.pt" >"$TEST_TMPDIR/c1.txt" 2>&1 || fail "--compare --seed 1 failed"
+grep -qx "first divergence: input_1" "$TEST_TMPDIR/c1.txt" || fail "--compare with other inputs: $(tail -1 "$TEST_TMPDIR/c1.txt")"
+# A second model: the demo with one weight of block2.conv changed, written by Python.
+/usr/bin/python3 - "$TEST_TMPDIR/perturbed.pt" <<'PY' || fail "writing the perturbed model failed"
+import sys, torch
+m = torch.jit.load("testdata/demo.pt")
+with torch.no_grad():
+    m.block2.conv.weight[0, 0, 0, 0] += 1.0
+m.save(sys.argv[1])
+PY
+"$TOOL" --model testdata/demo.pt --input_shape 1,3,16,16 --compare_model "$TEST_TMPDIR/perturbed.pt" \
+    >"$TEST_TMPDIR/c2.txt" 2>"$TEST_TMPDIR/err" || fail "--compare_model failed: $(cat "$TEST_TMPDIR/err")"
+grep -qx "first divergence: conv2d_3_6:1" "$TEST_TMPDIR/c2.txt" || fail "--compare_model: $(tail -1 "$TEST_TMPDIR/c2.txt")"
+grep -E "^conv2d_2_3:1 +0 +0 " "$TEST_TMPDIR/c2.txt" >/dev/null || fail "--compare_model: block1.conv differs"
+expect_error "compare with a model file" "trace file" --compare testdata/demo.pt
+expect_error "compare twice" "not both" --compare "$TEST_TMPDIR/ref.pt" --compare_model testdata/demo.pt
+
+"$TOOL" --chrome_trace "$TEST_TMPDIR/trace.json" >"$TEST_TMPDIR/t.txt" 2>"$TEST_TMPDIR/err" || fail "--chrome_trace failed: $(cat "$TEST_TMPDIR/err")"
+grep -q "Time per module" "$TEST_TMPDIR/t.txt" || fail "--chrome_trace: no per-module times in the summary"
+/usr/bin/python3 - "$TEST_TMPDIR/trace.json" <<'PY' || fail "--chrome_trace wrote a wrong trace"
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+ops = {e["name"]: e for e in events if e.get("cat") not in (None, "module")}
+assert "conv2d_1_2:1" in ops and "log_softmax_1_13:1" in ops, sorted(ops)
+stem = [e for e in events if e.get("cat") == "module" and e["name"].startswith("stem")]
+conv = ops["conv2d_1_2:1"]
+assert stem and stem[0]["ts"] <= conv["ts"] and conv["ts"] + conv["dur"] <= stem[0]["ts"] + stem[0]["dur"] + 1e-3, (stem, conv)
+PY
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/compare.h"
 #include "graph/file_io.h"
 #include "graph/json_export.h"
+#include "graph/non_finite.h"
+#include "graph/op_timing.h"
 #include "graph/render.h"
+#include "graph/structure_hash.h"
 #include "graph/summary.h"
 #include "graph/torch_load.h"
 #include "graph/trace_file.h"
@@ -132,6 +137,40 @@ absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<Edi
   return out;
 }
 
+// The first non-finite value, or that there is none.
+absl::StatusOr<std::string> DescribeNonFinite(const Trace& trace) {
+  absl::StatusOr<std::optional<NonFinite>> first = FirstNonFinite(trace);
+  if (!first.ok()) return first.status();
+  if (!first->has_value()) return std::string("\nNon-finite values: none\n");
+  const NonFinite& found = **first;
+  std::vector<std::string> parents;
+  for (const auto& [label, finite] : found.parents) {
+    parents.push_back(absl::StrCat(label, finite ? " (finite)" : " (not finite)"));
+  }
+  return absl::StrCat("\nFirst non-finite value: ", found.label, " in '", found.module_address,
+                      "' (", found.has_nan ? "NaN" : "", found.has_nan && found.has_inf ? ", " : "",
+                      found.has_inf ? "Inf" : "", "); parents: ",
+                      parents.empty() ? "none" : absl::StrJoin(parents, ", "), "\n");
+}
+
+// Copies of the forward's arguments that share no tensor with them, for a second model
+// that must see the inputs as the first one got them (a forward may write its inputs).
+std::vector<c10::IValue> CloneInputs(const std::vector<c10::IValue>& inputs) {
+  std::vector<c10::IValue> copies;
+  for (const c10::IValue& input : inputs) {
+    if (input.isTensor()) {
+      copies.emplace_back(input.toTensor().clone());
+    } else if (input.isTensorList()) {
+      std::vector<at::Tensor> tensors;
+      for (const at::Tensor& t : input.toTensorVector()) tensors.push_back(t.clone());
+      copies.emplace_back(std::move(tensors));
+    } else {
+      copies.push_back(input);
+    }
+  }
+  return copies;
+}
+
 // Exit code 1: the tool worked, the trace did not validate.
 constexpr int kValidationFailed = 1;
 
@@ -177,8 +216,32 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
 
   CaptureOptions capture;
   capture.save_activations = options->save_activations;
+  capture.time_ops = !options->chrome_trace.empty();
+  std::vector<c10::IValue> second_inputs;
+  if (!options->compare_model.empty()) second_inputs = CloneInputs(inputs);
   absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture);
   if (!trace.ok()) return trace.status();
+  // The reference of --compare: a trace file, or the second model on the same inputs.
+  std::optional<Trace> reference;
+  std::string reference_name;
+  if (!options->compare_trace.empty()) {
+    absl::StatusOr<Trace> loaded = LoadTrace(UserPath(options->compare_trace));
+    if (!loaded.ok()) return loaded.status();
+    reference = *std::move(loaded);
+    reference_name = options->compare_trace;
+  } else if (!options->compare_model.empty()) {
+    absl::StatusOr<torch::jit::Module> second = LoadTorchScript(UserPath(options->compare_model));
+    if (!second.ok()) return second.status();
+    second->train(options->train);
+    absl::StatusOr<Trace> traced = TraceModule(*second, std::move(second_inputs), capture);
+    if (!traced.ok()) {
+      return absl::Status(traced.status().code(), absl::StrCat("--compare_model ",
+                                                               options->compare_model, ": ",
+                                                               traced.status().message()));
+    }
+    reference = *std::move(traced);
+    reference_name = options->compare_model;
+  }
 
   std::string summary =
       absl::StrCat("torchlens trace of ", *model_path, "\n\n", FormatSummary(*trace));
@@ -204,6 +267,21 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
       absl::StrAppend(&summary, "  FAIL ", failure, "\n");
     }
     if (!report->passed) *exit_code = kValidationFailed;
+  }
+  if (options->hash) {
+    absl::StrAppend(&summary, "\nStructure hash: ", StructureHash(*trace), "\n");
+  }
+  if (options->non_finite) {
+    absl::StatusOr<std::string> described = DescribeNonFinite(*trace);
+    if (!described.ok()) return described.status();
+    absl::StrAppend(&summary, *described);
+  }
+  if (reference.has_value()) {
+    // The reference is a, this trace b: differences read "reference vs this run".
+    absl::StatusOr<Comparison> comparison = Compare(*reference, *trace);
+    if (!comparison.ok()) return comparison.status();
+    absl::StrAppend(&summary, "\nComparison with ", reference_name, " (a) of this run (b):\n",
+                    FormatComparison(*comparison));
   }
   if (!options->edits.empty()) {
     absl::StatusOr<std::string> changes = ApplyEdits(*trace, options->edits);
@@ -232,6 +310,8 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
   });
   output(options->json_file, "JSON",
          [&](const std::string& path) { return WriteJson(*trace, path, json_extra); });
+  output(options->chrome_trace, "Chrome trace",
+         [&](const std::string& path) { return WriteChromeTrace(*trace, path); });
   output(options->save_file, "Trace file",
          [&](const std::string& path) { return SaveTrace(*trace, path); });
   const absl::Status summary_written =
