@@ -7,8 +7,10 @@
 
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -412,6 +414,24 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
     }
     if (!has_code) {
       return Invalid(kind, "it holds no code (data saved with torch.save, not a module?)");
+    }
+    // LibTorch reads the format version first, from ".data/version" or "version", and
+    // throws from its reader's constructor (leaking the reader) when it is missing or not
+    // a number it supports (1 to 10 in LibTorch 1.13).
+    const ZipArchive::Entry* version = zip->Find(".data/version");
+    if (version == nullptr) version = zip->Find("version");
+    if (version == nullptr) {
+      return Invalid(kind, absl::StrCat("no record ", absl::CHexEscape(zip->prefix()),
+                                        "version (the archive's format version)"));
+    }
+    absl::StatusOr<std::string> text = zip->Read(*version);
+    if (!text.ok()) return Invalid(kind, text.status().message());
+    int64_t number = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &number) || number < 1 ||
+        number > 10) {
+      return Invalid(kind, absl::StrCat("record ", absl::CHexEscape(version->name),
+                                        " holds \"", absl::CHexEscape(text->substr(0, 16)),
+                                        "\", not a format version LibTorch 1.13 reads (1 to 10)"));
     }
   }
   CheckedArchive checked{*std::move(zip), std::move(run->values), std::move(run->storage_records),

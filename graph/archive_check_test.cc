@@ -218,6 +218,7 @@ TEST(ArchiveCheckTest, TensorsAreNamedByWhereTheySit) {
 TEST(ArchiveCheckTest, ConstantsAndDebugInformationAreCheckedToo) {
   auto script = [](const std::string& constants, const std::string& debug) {
     return Zip({{"m/data.pkl", Program("N")},
+                {"m/version", "3\n"},
                 {"m/constants.pkl", Program(constants)},
                 {"m/constants/0", FloatRecord(2)},
                 {"m/code/__torch__.py", "x"},
@@ -236,10 +237,30 @@ TEST(ArchiveCheckTest, ConstantsAndDebugInformationAreCheckedToo) {
               HasSubstr("it holds no code"));
 }
 
+// LibTorch's reader throws from its constructor, leaking itself, without a format version
+// it supports.
+TEST(ArchiveCheckTest, ModelArchivesNeedAFormatVersionLibTorchReads) {
+  auto script = [](const std::string& name, const std::string& version) {
+    return Zip({{"m/data.pkl", Program("N")}, {name, version}, {"m/code/__torch__.py", "x"}});
+  };
+  EXPECT_TRUE(CheckTorchArchive(script("m/version", "3\n"), ArchiveKind::kTorchScript).ok());
+  EXPECT_TRUE(CheckTorchArchive(script("m/.data/version", "10"), ArchiveKind::kTorchScript).ok());
+  EXPECT_THAT(Message(script("m/other", "3"), ArchiveKind::kTorchScript),
+              HasSubstr("no record m/version (the archive's format version)"));
+  EXPECT_THAT(Message(script("m/version", "x3"), ArchiveKind::kTorchScript),
+              HasSubstr("record m/version holds \"x3\", not a format version LibTorch 1.13 "
+                        "reads (1 to 10)"));
+  EXPECT_THAT(Message(script("m/version", "11"), ArchiveKind::kTorchScript),
+              HasSubstr("(1 to 10)"));
+  // torch.save data does not go to LibTorch's reader.
+  EXPECT_TRUE(CheckTorchArchive(Zip({{"m/data.pkl", Program("N")}}), ArchiveKind::kTorchSave).ok());
+}
+
 // NOTE [Debug information]: LibTorch reads it inside a noexcept function, unchecked.
 TEST(ArchiveCheckTest, DebugInformationMustHaveLibTorchsForm) {
   auto script = [](const std::string& debug) {
     return Zip({{"m/data.pkl", Program("N")},
+                {"m/version", "3\n"},
                 {"m/code/__torch__.py", "x"},
                 {"m/code/__torch__.py.debug_pkl", Program(debug)}});
   };
