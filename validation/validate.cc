@@ -194,7 +194,8 @@ class Validator {
     const std::vector<Op>& ops = trace_.ops();
     for (size_t i = first; i < ops.size(); i += stride) {
       const Op& op = ops[i];
-      generator_.set_current_seed(kSeed + i);
+      position_ = i;
+      seeded_ = false;
       // A kernel that cannot run on what it saved (a sparse, meta or quantized tensor an
       // op does not accept) is a verdict on that op, never an exception out of validation.
       try {
@@ -453,13 +454,11 @@ class Validator {
       if (indexes.empty()) continue;
       if (ZeroedByAnotherArgument(op.func_name, saved, indexes)) continue;
       bool empty = true;
-      bool finite = true;
       std::string unperturbable;
       for (int i : indexes) {
         if (i >= static_cast<int>(saved.size())) continue;
         const at::Tensor& value = saved[i];
         empty = empty && value.numel() == 0;
-        finite = finite && AllFinite(value);
         if (value.layout() != at::kStrided || value.is_quantized() || value.is_meta()) {
           unperturbable = value.is_quantized() ? "quantized" : value.is_meta() ? "meta" : "sparse";
         }
@@ -480,6 +479,12 @@ class Validator {
               std::find(indexes.begin(), indexes.end(), index) == indexes.end()) {
             return value;
           }
+          if (!seeded_) {
+            // Seeded on first use (most ops need no random perturbation): NOTE
+            // [Validating on several threads].
+            generator_.set_current_seed(kSeed + position_);
+            seeded_ = true;
+          }
           std::optional<at::Tensor> perturbed = Perturbation(value, attempt, generator_);
           if (!perturbed.has_value()) {
             exhausted = true;
@@ -496,7 +501,10 @@ class Validator {
         ++perturbations_checked_;
       } else if (DataDependentlyExempt(op.func_name, op.creation_args, saved, indexes, unperturbed.outputs)) {
         // See NOTE [Data-dependent exemptions].
-      } else if (Predicate(op.func_name) || !finite) {
+      } else if (const bool finite = std::all_of(indexes.begin(), indexes.end(), [&](int i) {
+                   return i >= static_cast<int>(saved.size()) || AllFinite(saved[i]);
+                 });
+                 Predicate(op.func_name) || !finite) {
         // See NOTE [Perturbations that can prove].
         Note(&unproved_, op, absl::StrCat(
             op.label, " <- ", parent, ": no perturbation tried changes the output (",
@@ -588,6 +596,8 @@ class Validator {
 
   const Trace& trace_;
   at::Generator generator_;
+  size_t position_ = 0;  // of the op being checked
+  bool seeded_ = false;  // generator_ seeded for it
   absl::flat_hash_set<const Op*> fused_checked_;
   Lines failures_;
   Lines unproved_;
