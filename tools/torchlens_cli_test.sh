@@ -163,7 +163,8 @@ expect_error "sparse --save" "op 'to_sparse_1_2:1' holds a sparse tensor" \
 grep -q '"ops"' "$TEST_TMPDIR/sparse.json" || fail "sparse --save: --json not written"
 
 # Answers over traces (README "Answers from the command line"): the structure hash, the
-# first non-finite value, comparisons with a saved trace and with a second model, a Chrome trace of timed ops.
+# first non-finite value, comparisons with a saved trace and with a second model, a Chrome
+# trace of timed ops.
 "$TOOL" --hash --seed 1 >"$TEST_TMPDIR/h1.txt" 2>"$TEST_TMPDIR/err" || fail "--hash failed: $(cat "$TEST_TMPDIR/err")"
 "$TOOL" --hash --seed 2 >"$TEST_TMPDIR/h2.txt" 2>&1 || fail "--hash --seed 2 failed"
 "$TOOL" --hash --mode train >"$TEST_TMPDIR/h3.txt" 2>&1 || fail "--hash --mode train failed"
