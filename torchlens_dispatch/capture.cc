@@ -11,12 +11,12 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/build_trace.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/fallback.h"
 #include "torchlens_dispatch/model_layout.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/recorder.h"
 #include "torchlens_dispatch/script_errors.h"
 #include "torchlens_dispatch/script_runner.h"
@@ -107,8 +107,7 @@ absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IV
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     const ScriptError error =
         ParseInterpreterError(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
-    const bool out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
-                               absl::StrContains(error.cause, "can't allocate memory");
+    const bool out_of_memory = IsOutOfMemory(e);
     return absl::Status(
         out_of_memory ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInvalidArgument,
         absl::StrCat("the model's forward failed on these inputs: ", error.OneLine()));

@@ -283,8 +283,7 @@ void Recorder::Abandon(const std::exception& e) {
   overwritten_.clear();
   inert_ = true;
   if (!failure_.ok()) return;
-  const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
-                      std::string(e.what()).find("alloc") != std::string::npos;
+  const bool memory = IsOutOfMemory(e);
   const std::string message = absl::StrCat(
       memory ? "out of memory while saving values during capture (" : "capture failed (",
       FirstLine(e),
