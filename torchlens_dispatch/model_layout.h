@@ -5,12 +5,16 @@
 // NOTE [Model layouts]
 // Reading a model's structure costs string building per module and parameter, which on a
 // model of thousands of layers is more than the capture of its ops. A layout is therefore
-// immutable and shared: every capture of the same TorchScript model reuses it, after
+// read once and shared: every capture of the same TorchScript model reuses it, after
 // checking in one pass without allocation that the object tree still has the same modules
 // of the same types holding the same parameter tensors (otherwise it is read again). The
 // trace metadata derived from it (the `modules()` and `params()` maps) is built once and
 // shared by every trace of the model. Buffers are not cached by value: each capture reads
 // the tensors the buffer slots hold now. torch::nn modules are read on every capture.
+// What a layout says about the model never changes once read; two members are caches the
+// captures of the model fill as they run, and are `mutable` for that reason: the sizes of
+// the last capture (hints, relaxed atomics) and the table of numbered layers (which
+// guards itself, NOTE [Layer classes]).
 #ifndef TORCHLENS_DISPATCH_MODEL_LAYOUT_H_
 #define TORCHLENS_DISPATCH_MODEL_LAYOUT_H_
 
