@@ -415,6 +415,10 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
     if (!has_code) {
       return Invalid(kind, "it holds no code (data saved with torch.save, not a module?)");
     }
+    // See NOTE [Untrusted archives] in zip_archive.h.
+    for (const ZipArchive::Entry& entry : zip->entries()) {
+      if (absl::Status crc = zip->CheckCrc(entry); !crc.ok()) return Invalid(kind, crc.message());
+    }
     // LibTorch reads the format version first, from ".data/version" or "version", and
     // throws from its reader's constructor (leaking the reader) when it is missing or not
     // a number it supports (1 to 10 in LibTorch 1.13).

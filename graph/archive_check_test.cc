@@ -2,6 +2,8 @@
 // pickle_values.h, and the message that names what is wrong.
 #include "graph/archive_check.h"
 
+#include <zlib.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -30,7 +32,10 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& records)
     Put(&out, 0, 2);   // flags
     Put(&out, 0, 2);   // stored
     Put(&out, 0, 4);   // time, date
-    Put(&out, 0, 4);   // crc (not checked, as PyTorch does not)
+    const uint32_t crc = static_cast<uint32_t>(
+        crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()),
+              static_cast<uInt>(data.size())));
+    Put(&out, crc, 4);
     Put(&out, data.size(), 4);
     Put(&out, data.size(), 4);
     Put(&out, name.size(), 2);
@@ -42,7 +47,7 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& records)
     Put(&directory, 0, 2);
     Put(&directory, 0, 2);
     Put(&directory, 0, 4);
-    Put(&directory, 0, 4);
+    Put(&directory, crc, 4);
     Put(&directory, data.size(), 4);
     Put(&directory, data.size(), 4);
     Put(&directory, name.size(), 2);
@@ -319,6 +324,21 @@ TEST(ArchiveCheckTest, ValuesThatContainThemselvesOrNestTooDeeplyAreRefused) {
   }
   EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(chain)}})),
               HasSubstr("values nest deeper than 10000 levels"));
+}
+
+// LibTorch's reader hands out uninitialized bytes for a record that fails its CRC; a
+// debug record read that way ended the process (fuzzing, corpus seed crc_debug_record.pt).
+TEST(ArchiveCheckTest, EntriesThatFailTheirCrcAreRefused) {
+  const std::string good = Zip({{"m/data.pkl", Program("N")}, {"m/version", "3"},
+                                 {"m/code/__torch__.py", "x"}, {"m/data/0", FloatRecord(2)}});
+  ASSERT_TRUE(CheckTorchArchive(good, ArchiveKind::kTorchScript).ok());
+  std::string bad = good;
+  const size_t record = bad.find("m/data/0") + 8;  // the record's first byte
+  bad[record] = static_cast<char>(bad[record] ^ 1);
+  EXPECT_THAT(Message(bad, ArchiveKind::kTorchScript),
+              HasSubstr("zip entry m/data/0 fails its CRC-32 check"));
+  // torch.save data is read by torchlens, as it is.
+  EXPECT_TRUE(CheckTorchArchive(bad, ArchiveKind::kTorchSave).ok());
 }
 
 TEST(ArchiveCheckTest, ZipDirectoriesThatLieAreRefused) {

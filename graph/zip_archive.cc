@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <utility>
@@ -87,6 +88,7 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
       return Bad("a zip directory entry is malformed");
     }
     const uint64_t method = bytes.Read(at + 10, 2);
+    const uint32_t crc = static_cast<uint32_t>(bytes.Read(at + 16, 4));
     uint64_t compressed = bytes.Read(at + 20, 4);
     uint64_t size = bytes.Read(at + 24, 4);
     const uint64_t name_length = bytes.Read(at + 28, 2);
@@ -137,6 +139,7 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
     entry.data_offset = local + 30 + bytes.Read(local + 26, 2) + bytes.Read(local + 28, 2);
     entry.stored_size = compressed;
     entry.size = size;
+    entry.crc32 = crc;
     if (!bytes.Has(entry.data_offset, compressed)) {
       return Bad(absl::StrCat("zip entry ", Printable(entry.name), " claims ", compressed, " bytes past the end"));
     }
@@ -195,6 +198,28 @@ absl::StatusOr<std::string> ZipArchive::Read(const Entry& entry) const {
                                                    entry.size, " bytes"));
   }
   return out;
+}
+
+absl::Status ZipArchive::CheckCrc(const Entry& entry) const {
+  std::string inflated;
+  absl::string_view data = Stored(entry);
+  if (entry.deflated) {
+    absl::StatusOr<std::string> read = Read(entry);
+    if (!read.ok()) return read.status();
+    inflated = *std::move(read);
+    data = inflated;
+  }
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t at = 0; at < data.size();) {  // zlib counts in 32 bits
+    const size_t chunk = std::min<size_t>(data.size() - at, size_t{1} << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data.data() + at), static_cast<uInt>(chunk));
+    at += chunk;
+  }
+  if (static_cast<uint32_t>(crc) != entry.crc32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zip entry ", Printable(entry.name), " fails its CRC-32 check (the file is corrupt)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace torchlens

@@ -13,9 +13,12 @@
 // data lies outside the file, whose method is neither stored nor deflated, or whose
 // stated size a deflate stream of its length cannot produce (so that what is inflated is
 // bounded by the file size). Entry names must be unique: LibTorch finds records by name,
-// and a check must look at the entry LibTorch will read. CRCs are not verified, as
-// PyTorch's own reader does not verify them. The pickle programs inside are checked by
-// archive_check.h.
+// and a check must look at the entry LibTorch will read. In archives LibTorch reads (model
+// archives) every entry's CRC-32 is verified too (CheckCrc, called by archive_check.h):
+// LibTorch's reader hands out uninitialized bytes for a record whose CRC fails (fuzzing: a
+// debug record read that way ended the process while LibTorch printed a compile error).
+// torch.save data and trace files are read by torchlens itself, which takes the bytes as
+// they are. The pickle programs inside are checked by archive_check.h.
 #ifndef TORCHLENS_GRAPH_ZIP_ARCHIVE_H_
 #define TORCHLENS_GRAPH_ZIP_ARCHIVE_H_
 
@@ -37,6 +40,7 @@ class ZipArchive {
     uint64_t stored_size = 0;  // bytes in the file
     uint64_t size = 0;         // bytes once inflated
     bool deflated = false;
+    uint32_t crc32 = 0;        // of the inflated bytes, as the directory states it
   };
 
   // Checks the directory as NOTE [Untrusted archives] says. `bytes` must outlive the
@@ -53,6 +57,10 @@ class ZipArchive {
   // kInvalidArgument for a corrupt deflate stream.
   absl::StatusOr<std::string> Read(absl::string_view name) const;
   absl::StatusOr<std::string> Read(const Entry& entry) const;
+
+  // kInvalidArgument naming the entry when its bytes fail its CRC-32 (see NOTE [Untrusted
+  // archives] for which archives must pass this).
+  absl::Status CheckCrc(const Entry& entry) const;
   // A record's bytes as the file holds them, in place (compressed when deflated).
   absl::string_view Stored(const Entry& entry) const {
     return bytes_.substr(entry.data_offset, entry.stored_size);

@@ -113,8 +113,10 @@ expect_error "class constant without type" "gives '__btffers__' a value without 
   --model "$MODELS/class_constant_without_type.pt" --input_shape 1,2
 expect_error "debug information LibTorch throws on" "debug information LibTorch cannot read safely" \
   --model "$MODELS/debug_info_unknown_global.pt" --input_shape 1,2
-expect_error "debug information LibTorch cannot print" "debug information LibTorch cannot print" \
+expect_error "debug record failing its CRC" "__torch__.py.debug_pkl fails its CRC-32 check" \
   --model "$MODELS/debug_info_unprintable.pt" --input_shape 1,2
+expect_error "debug record failing its CRC (2)" "__torch__.py.debug_pkl fails its CRC-32 check" \
+  --model "$MODELS/crc_debug_record.pt" --input_shape 1,2
 expect_error "torchvision op" "torchvision::nms.*load the library that registers torchvision::" \
   --model "$MODELS/unknown_op_torchvision.pt" --input_shape 1,2
 expect_error "newer aten op" "this LibTorch (1.13) has no aten::relu_of_a_newer_pytorch" \

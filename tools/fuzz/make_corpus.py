@@ -15,8 +15,10 @@ The CLI test (tools/torchlens_cli_test.sh) runs the tool on the hostile files. E
 small; the hostile metadata claims sizes, the bytes are not there.
 
 Files the fuzzers found are kept in the corpora as they were found, not written here:
-trace_file/stack_underflow.pt, model_archive/debug_info_unprintable.pt (text pieces whose
-line search LibTorch asserts on while it prints an error).
+trace_file/stack_underflow.pt; model_archive/debug_info_unprintable.pt and
+model_archive/crc_debug_record.pt, whose debug records fail their CRC: LibTorch's reader
+hands out uninitialized bytes for them, which it then fails to print inside a noexcept
+function while it reports a compile error.
 """
 
 import collections
