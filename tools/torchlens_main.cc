@@ -35,6 +35,7 @@
 #include "graph/trace_file.h"
 #include "tools/cli_flags.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "validation/intervene.h"
@@ -158,15 +159,7 @@ absl::StatusOr<std::string> DescribeNonFinite(const Trace& trace) {
 std::vector<c10::IValue> CloneInputs(const std::vector<c10::IValue>& inputs) {
   std::vector<c10::IValue> copies;
   for (const c10::IValue& input : inputs) {
-    if (input.isTensor()) {
-      copies.emplace_back(input.toTensor().clone());
-    } else if (input.isTensorList()) {
-      std::vector<at::Tensor> tensors;
-      for (const at::Tensor& t : input.toTensorVector()) tensors.push_back(t.clone());
-      copies.emplace_back(std::move(tensors));
-    } else {
-      copies.push_back(input);
-    }
+    copies.push_back(MapTensors(input, [](const at::Tensor& t) { return t.clone(); }));
   }
   return copies;
 }
