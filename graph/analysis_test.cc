@@ -11,8 +11,8 @@
 #include "graph/compare.h"
 #include "graph/non_finite.h"
 #include "graph/op_timing.h"
-#include "graph/summary.h"
 #include "graph/structure_hash.h"
+#include "graph/summary.h"
 #include "graph/trace_builder.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
@@ -133,7 +133,8 @@ TEST(AnalysisTest, StructureHashIgnoresValuesAndSeesStructure) {
     TraceBuilder b;
     const TraceBuilder::Ref x = b.AddInput(at::ones({2}));
     const TraceBuilder::Ref y = b.AddInput(at::ones({2}));
-    b.AddOutput(b.AddOp("aten::mul", "Tensor", {swapped ? y : x, swapped ? x : y}, {at::ones({2})}));
+    b.AddOutput(
+        b.AddOp("aten::mul", "Tensor", {swapped ? y : x, swapped ? x : y}, {at::ones({2})}));
     return StructureHash(b.Build());
   };
   EXPECT_EQ(product(false), product(false));
@@ -188,7 +189,8 @@ TEST(AnalysisTest, OpTimesNestInModuleCalls) {
   EXPECT_EQ(ops, timed);
   ASSERT_GE(block1_start, 0);
   for (const nlohmann::json& event : events) {  // block1's ops lie inside its call
-    if (event["cat"] == "module" || event["args"]["module"].get<std::string>().rfind("block1", 0) != 0) {
+    if (event["cat"] == "module" ||
+        event["args"]["module"].get<std::string>().rfind("block1", 0) != 0) {
       continue;
     }
     EXPECT_GE(event["ts"].get<double>(), block1_start);

@@ -84,8 +84,7 @@ class TensorNamer {
           absl::StrCat("values nest deeper than ", kMaxPickleNesting, " levels"));
     }
     if (state_[id] == kVisiting) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the value at '", *path, "' contains itself"));
+      return absl::InvalidArgumentError(absl::StrCat("the value at '", *path, "' contains itself"));
     }
     const PickleNode& node = values_.nodes[id];
     if (state_[id] == kUnvisited) {
@@ -143,8 +142,8 @@ class TensorNamer {
       if (i > 1 || node.state == kNoNode) return false;
       *child = node.state;
       step->clear();
-      *state_dict = values_.nodes[node.state].kind == Kind::kDict &&
-                    state_[node.state] == kUnvisited;
+      *state_dict =
+          values_.nodes[node.state].kind == Kind::kDict && state_[node.state] == kUnvisited;
       return true;
     }
     const size_t i = frame->next++;  // a tuple or a list
@@ -183,11 +182,12 @@ absl::Status CheckTensors(const PickleValues& values, const std::vector<std::str
     }
     const absl::uint128 bytes = absl::uint128(storage.numel) * storage.item_size;
     if (bytes > entry->size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "storage ", absl::CHexEscape(record), of, " claims ", storage.numel, " ", storage.dtype,
-          " elements (", bytes > UINT64_MAX ? std::string("2^64 or more")
-                                            : absl::StrCat(static_cast<uint64_t>(bytes)),
-          " bytes), but its record holds ", entry->size, " bytes (truncated?)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("storage ", absl::CHexEscape(record), of, " claims ", storage.numel, " ",
+                       storage.dtype, " elements (",
+                       bytes > UINT64_MAX ? std::string("2^64 or more")
+                                          : absl::StrCat(static_cast<uint64_t>(bytes)),
+                       " bytes), but its record holds ", entry->size, " bytes (truncated?)"));
     }
     records->push_back(*entry);
   }
@@ -195,9 +195,8 @@ absl::Status CheckTensors(const PickleValues& values, const std::vector<std::str
     const PickledTensor& tensor = values.tensors[t];
     const PickledStorage& storage = values.storages[tensor.storage];
     const std::string shape =
-        absl::StrCat(storage.dtype, ", sizes [", absl::StrJoin(tensor.sizes, ", "),
-                     "], strides [", absl::StrJoin(tensor.strides, ", "), "], offset ",
-                     tensor.offset);
+        absl::StrCat(storage.dtype, ", sizes [", absl::StrJoin(tensor.sizes, ", "), "], strides [",
+                     absl::StrJoin(tensor.strides, ", "), "], offset ", tensor.offset);
     if (tensor.sizes.size() != tensor.strides.size()) {
       return absl::InvalidArgumentError(absl::StrCat(TensorName(names[t]), " (", shape, ") has ",
                                                      tensor.sizes.size(), " sizes and ",
@@ -208,15 +207,15 @@ absl::Status CheckTensors(const PickleValues& values, const std::vector<std::str
       negative = negative || tensor.sizes[d] < 0 || tensor.strides[d] < 0;
     }
     if (negative) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          TensorName(names[t]), " (", shape, ") has a negative size, stride or offset"));
+      return absl::InvalidArgumentError(absl::StrCat(TensorName(names[t]), " (", shape,
+                                                     ") has a negative size, stride or offset"));
     }
     absl::uint128 numel = 1;
     for (int64_t size : tensor.sizes) {
       numel *= static_cast<uint64_t>(size);
       if (numel > INT64_MAX) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            TensorName(names[t]), " (", shape, ") has more than 2^63 - 1 elements"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(TensorName(names[t]), " (", shape, ") has more than 2^63 - 1 elements"));
       }
     }
     if (numel == 0) continue;  // reads no element
@@ -229,7 +228,8 @@ absl::Status CheckTensors(const PickleValues& values, const std::vector<std::str
     if (last >= storage.numel) {
       return absl::InvalidArgumentError(absl::StrCat(
           TensorName(names[t]), " (", shape, ") reaches element ",
-          last > UINT64_MAX ? std::string("2^64 or beyond") : absl::StrCat(static_cast<uint64_t>(last)),
+          last > UINT64_MAX ? std::string("2^64 or beyond")
+                            : absl::StrCat(static_cast<uint64_t>(last)),
           " of its storage ", absl::CHexEscape(absl::StrCat(record_directory, storage.key)),
           ", which holds ", storage.numel, " elements"));
     }
@@ -256,8 +256,8 @@ class DebugInfoCheck {
   absl::Status Run() {
     for (const PickleNode& node : values_.nodes) {
       if ((node.kind == Kind::kGlobal && node.text != "torch.jit._pickle.build_intlist") ||
-          node.kind == Kind::kObject || node.kind == Kind::kTensor ||
-          node.kind == Kind::kStorage || node.kind == Kind::kDevice) {
+          node.kind == Kind::kObject || node.kind == Kind::kTensor || node.kind == Kind::kStorage ||
+          node.kind == Kind::kDevice) {
         return Bad("values other than tuples, lists of ints, strings and ints");
       }
     }
@@ -309,8 +309,8 @@ class DebugInfoCheck {
     }
     if (with_table_) {
       const PickleNode& pieces = At(source->items[0]);
-      if (pieces.kind != Kind::kList || pieces.type_tag != "List[int]" ||
-          !Int(source->items[1]) || !InTable(At(source->items[1]).int_value)) {
+      if (pieces.kind != Kind::kList || pieces.type_tag != "List[int]" || !Int(source->items[1]) ||
+          !InTable(At(source->items[1]).int_value)) {
         return Bad("a malformed source");
       }
       for (uint32_t piece : pieces.items) {
@@ -362,8 +362,8 @@ absl::StatusOr<RunPickleRecord> CheckPickleRecord(const ZipArchive& zip,
   if (absl::Status s = TensorNamer(run.values).Walk(&run.tensor_names); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
   }
-  if (absl::Status s = CheckTensors(run.values, run.tensor_names, zip, record_directory,
-                                    &run.storage_records);
+  if (absl::Status s =
+          CheckTensors(run.values, run.tensor_names, zip, record_directory, &run.storage_records);
       !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
   }
@@ -371,10 +371,10 @@ absl::StatusOr<RunPickleRecord> CheckPickleRecord(const ZipArchive& zip,
 }
 
 absl::Status Invalid(ArchiveKind kind, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      kind == ArchiveKind::kTorchSave ? "not a torch.save file torchlens reads"
-                                      : "not a valid TorchScript archive",
-      ": ", why));
+  return absl::InvalidArgumentError(absl::StrCat(kind == ArchiveKind::kTorchSave
+                                                     ? "not a torch.save file torchlens reads"
+                                                     : "not a valid TorchScript archive",
+                                                 ": ", why));
 }
 
 }  // namespace
@@ -433,8 +433,8 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
     int64_t number = 0;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &number) || number < 1 ||
         number > 10) {
-      return Invalid(kind, absl::StrCat("record ", absl::CHexEscape(version->name),
-                                        " holds \"", absl::CHexEscape(text->substr(0, 16)),
+      return Invalid(kind, absl::StrCat("record ", absl::CHexEscape(version->name), " holds \"",
+                                        absl::CHexEscape(text->substr(0, 16)),
                                         "\", not a format version LibTorch 1.13 reads (1 to 10)"));
     }
   }

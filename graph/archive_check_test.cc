@@ -32,9 +32,9 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& records)
     Put(&out, 0, 2);   // flags
     Put(&out, 0, 2);   // stored
     Put(&out, 0, 4);   // time, date
-    const uint32_t crc = static_cast<uint32_t>(
-        crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()),
-              static_cast<uInt>(data.size())));
+    const uint32_t crc = static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
+                                                     reinterpret_cast<const Bytef*>(data.data()),
+                                                     static_cast<uInt>(data.size())));
     Put(&out, crc, 4);
     Put(&out, data.size(), 4);
     Put(&out, data.size(), 4);
@@ -129,15 +129,19 @@ TEST(ArchiveCheckTest, AValidTensorPasses) {
 // LibTorch's unpickler popped what its stack did not hold: "free(): invalid size" or a
 // segfault, in trace files and model archives alike.
 TEST(ArchiveCheckTest, OpcodesThatPopAShortStackAreRefused) {
-  for (const char* body : {"K\x01\x86", "K\x01K\x02\x87", "K\x01R", "K\x01" "b", "K\x01\x81",
-                           "K\x01(\x86", "t", "K\x01" "e", "]K\x01u"}) {
+  for (const char* body : {"K\x01\x86", "K\x01K\x02\x87", "K\x01R",
+                           "K\x01"
+                           "b",
+                           "K\x01\x81", "K\x01(\x86", "t",
+                           "K\x01"
+                           "e",
+                           "]K\x01u"}) {
     for (ArchiveKind kind : {ArchiveKind::kTorchSave, ArchiveKind::kTorchScript}) {
-      const std::string bytes =
-          Zip({{"m/data.pkl", Program(body)}, {"m/code/__torch__.py", "x"}});
+      const std::string bytes = Zip({{"m/data.pkl", Program(body)}, {"m/code/__torch__.py", "x"}});
       const std::string message = Message(bytes, kind);
-      EXPECT_THAT(message, ::testing::AnyOf(HasSubstr("takes values the stack does not hold"),
-                                            HasSubstr("needs a MARK"),
-                                            HasSubstr("a key without its value")))
+      EXPECT_THAT(message,
+                  ::testing::AnyOf(HasSubstr("takes values the stack does not hold"),
+                                   HasSubstr("needs a MARK"), HasSubstr("a key without its value")))
           << body;
       EXPECT_THAT(message, HasSubstr("m/data.pkl: pickle opcode 0x")) << body;
     }
@@ -162,7 +166,10 @@ TEST(ArchiveCheckTest, TensorsReachingPastTheirStorageAreRefused) {
     const char* expected;
   };
   for (const Case& c : std::vector<Case>{
-           {0, {2048, 2048}, {2048, 1}, "reaches element 4194303 of its storage data/0, which holds 6"},
+           {0,
+            {2048, 2048},
+            {2048, 1},
+            "reaches element 4194303 of its storage data/0, which holds 6"},
            {0, {65536, 16384}, {16384, 1}, "reaches element 1073741823"},
            {1 << 20, {2, 3}, {3, 1}, "reaches element 1048581"},
            {0, {2, 3}, {1 << 20, 1}, "reaches element 1048578"},
@@ -192,9 +199,8 @@ TEST(ArchiveCheckTest, StoragesLargerThanTheirRecordsAreRefused) {
                         "(4194304 bytes), but its record holds 24 bytes (truncated?)"));
   EXPECT_THAT(Message(SavedTensor(Tensor("7", 6, 0, {6}, {1}), 6)),
               HasSubstr("storage data/7 of the saved tensor has no record in the archive"));
-  EXPECT_THAT(
-      Message(SavedTensor(Tensor("0", int64_t{1} << 62, 0, {6}, {1}), 6)),
-      HasSubstr("claims 4611686018427387904 Float elements (2^64 or more bytes)"));
+  EXPECT_THAT(Message(SavedTensor(Tensor("0", int64_t{1} << 62, 0, {6}, {1}), 6)),
+              HasSubstr("claims 4611686018427387904 Float elements (2^64 or more bytes)"));
 }
 
 // Errors name the tensor where it sits: a module's parameter in a TorchScript archive, an
@@ -202,15 +208,17 @@ TEST(ArchiveCheckTest, StoragesLargerThanTheirRecordsAreRefused) {
 TEST(ArchiveCheckTest, TensorsAreNamedByWhereTheySit) {
   // Net() with state {"fc": Linear() with state {"weight": <tensor>}}.
   const std::string bad_weight = Tensor("0", 4, 0, {2, 4}, {4, 1});
-  const std::string module =
-      "c__torch__\nNet\n)\x81}(" + Str("fc") + "c__torch__\nLinear\n)\x81}(" + Str("weight") +
-      bad_weight + "ub" + "ub";
-  const std::string archive =
-      Zip({{"net/data.pkl", Program(module)}, {"net/data/0", FloatRecord(4)},
-           {"net/code/__torch__.py", "class Net: pass\n"}, {"net/constants.pkl", Program(")")}});
-  EXPECT_THAT(Message(archive, ArchiveKind::kTorchScript),
-              HasSubstr("net/data.pkl: tensor 'fc.weight' (Float, sizes [2, 4], strides [4, 1], "
-                        "offset 0) reaches element 7 of its storage data/0, which holds 4 elements"));
+  const std::string module = "c__torch__\nNet\n)\x81}(" + Str("fc") +
+                             "c__torch__\nLinear\n)\x81}(" + Str("weight") + bad_weight + "ub" +
+                             "ub";
+  const std::string archive = Zip({{"net/data.pkl", Program(module)},
+                                   {"net/data/0", FloatRecord(4)},
+                                   {"net/code/__torch__.py", "class Net: pass\n"},
+                                   {"net/constants.pkl", Program(")")}});
+  EXPECT_THAT(
+      Message(archive, ArchiveKind::kTorchScript),
+      HasSubstr("net/data.pkl: tensor 'fc.weight' (Float, sizes [2, 4], strides [4, 1], "
+                "offset 0) reaches element 7 of its storage data/0, which holds 4 elements"));
   // torch.save data holds no objects.
   EXPECT_THAT(Message(archive, ArchiveKind::kTorchSave), HasSubstr("an object of __torch__.Net"));
 
@@ -232,9 +240,9 @@ TEST(ArchiveCheckTest, ConstantsAndDebugInformationAreCheckedToo) {
   EXPECT_TRUE(CheckTorchArchive(script("(" + Tensor("0", 2, 0, {2}, {1}) + "t", ")"),
                                 ArchiveKind::kTorchScript)
                   .ok());
-  EXPECT_THAT(Message(script("(" + Tensor("0", 2, 0, {3}, {1}) + "t", ")"),
-                      ArchiveKind::kTorchScript),
-              HasSubstr("m/constants.pkl: tensor '[0]'"));
+  EXPECT_THAT(
+      Message(script("(" + Tensor("0", 2, 0, {3}, {1}) + "t", ")"), ArchiveKind::kTorchScript),
+      HasSubstr("m/constants.pkl: tensor '[0]'"));
   EXPECT_THAT(Message(script(")", "K\x01\x86"), ArchiveKind::kTorchScript),
               HasSubstr("m/code/__torch__.py.debug_pkl: pickle opcode 0x86"));
   // A torch.save file given as a model: no code.
@@ -271,27 +279,30 @@ TEST(ArchiveCheckTest, DebugInformationMustHaveLibTorchsForm) {
   };
   const std::string table = "(" + Str("") + Str("def f(x):\n") + Str("f.py") + "t";
   auto range = [](const std::string& pieces, int64_t file) {
-    return "ctorch.jit._pickle\nbuild_intlist\n(](" + pieces + "etR" + Int(file) + Int(1) +
-           "\x87" + Int(0) + Int(3) + "\x87";
+    return "ctorch.jit._pickle\nbuild_intlist\n(](" + pieces + "etR" + Int(file) + Int(1) + "\x87" +
+           Int(0) + Int(3) + "\x87";
   };
-  auto lines = [](const std::string& one_range) { return "((" + Int(10) + one_range + Int(0) + "ttt"; };
+  auto lines = [](const std::string& one_range) {
+    return "((" + Int(10) + one_range + Int(0) + "ttt";
+  };
   // ("FORMAT_WITH_STRING_TABLE", table, ((10, range, 0),)): as LibTorch writes it.
-  const std::string good =
-      "(" + Str("FORMAT_WITH_STRING_TABLE") + table + lines(range(Int(1), 2));
+  const std::string good = "(" + Str("FORMAT_WITH_STRING_TABLE") + table + lines(range(Int(1), 2));
   ASSERT_TRUE(CheckTorchArchive(script(good), ArchiveKind::kTorchScript).ok());
-  EXPECT_THAT(Message(script("(" + Str("FORMAT_WITH_STRING_TABLE") + table +
-                             lines(range(Int(7), 2))),
-                      ArchiveKind::kTorchScript),
-              HasSubstr("m/code/__torch__.py.debug_pkl: debug information LibTorch cannot read "
-                        "safely: a text index out of range"));
-  EXPECT_THAT(Message(script("(" + Str("FORMAT_WITH_STRING_TABLE") + table +
-                             lines(range(Int(1), 9))),
-                      ArchiveKind::kTorchScript),
-              HasSubstr("a malformed source"));
+  EXPECT_THAT(
+      Message(script("(" + Str("FORMAT_WITH_STRING_TABLE") + table + lines(range(Int(7), 2))),
+              ArchiveKind::kTorchScript),
+      HasSubstr("m/code/__torch__.py.debug_pkl: debug information LibTorch cannot read "
+                "safely: a text index out of range"));
+  EXPECT_THAT(
+      Message(script("(" + Str("FORMAT_WITH_STRING_TABLE") + table + lines(range(Int(1), 9))),
+              ArchiveKind::kTorchScript),
+      HasSubstr("a malformed source"));
   // A global LibTorch does not know (it throws), and an opcode it does not read.
   EXPECT_THAT(Message(script("ctorch.jit._pickle\nbpsld_intlist\n)R"), ArchiveKind::kTorchScript),
               HasSubstr("values other than tuples, lists of ints, strings and ints"));
-  EXPECT_THAT(Message(script("]K\x01" "a"), ArchiveKind::kTorchScript),
+  EXPECT_THAT(Message(script("]K\x01"
+                             "a"),
+                      ArchiveKind::kTorchScript),
               HasSubstr("an opcode LibTorch 1.13's unpickler does not read"));
 }
 
@@ -299,7 +310,9 @@ TEST(ArchiveCheckTest, DebugInformationMustHaveLibTorchsForm) {
 // deeper than the recorded depths say, would overflow its stack.
 TEST(ArchiveCheckTest, ValuesThatContainThemselvesOrNestTooDeeplyAreRefused) {
   // EMPTY_LIST, BINPUT 0, BINGET 0, APPEND: the list holds itself.
-  EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(std::string("]q\x00h\x00" "a", 6))}})),
+  EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(std::string("]q\x00h\x00"
+                                                              "a",
+                                                              6))}})),
               HasSubstr("contains itself"));
   // 12,000 nested lists: ']' x 12000, then APPEND x 11999.
   const std::string deep = std::string(12000, ']') + std::string(11999, 'a');
@@ -329,8 +342,10 @@ TEST(ArchiveCheckTest, ValuesThatContainThemselvesOrNestTooDeeplyAreRefused) {
 // LibTorch's reader hands out uninitialized bytes for a record that fails its CRC; a
 // debug record read that way ended the process (fuzzing, corpus seed crc_debug_record.pt).
 TEST(ArchiveCheckTest, EntriesThatFailTheirCrcAreRefused) {
-  const std::string good = Zip({{"m/data.pkl", Program("N")}, {"m/version", "3"},
-                                 {"m/code/__torch__.py", "x"}, {"m/data/0", FloatRecord(2)}});
+  const std::string good = Zip({{"m/data.pkl", Program("N")},
+                                {"m/version", "3"},
+                                {"m/code/__torch__.py", "x"},
+                                {"m/data/0", FloatRecord(2)}});
   ASSERT_TRUE(CheckTorchArchive(good, ArchiveKind::kTorchScript).ok());
   std::string bad = good;
   const size_t record = bad.find("m/data/0") + 8;  // the record's first byte

@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "graph/label.h"
 #include "graph/layer_numbering.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 
 namespace torchlens {
 std::string OpTypeName(const c10::OperatorName& name) {
@@ -96,7 +96,8 @@ Trace BuildTrace(CaptureRecord record) {
         op.type = "constant";
         op.kind = OpKind::kConstant;
         op.label = absl::StrCat("constant_", ++constants);
-        if (node.constant_address >= 0) op.address = record.constant_addresses[node.constant_address];
+        if (node.constant_address >= 0)
+          op.address = record.constant_addresses[node.constant_address];
         break;
       case NodeRecord::Kind::kBufferVersion: {
         const BufferRecord& buffer = record.buffers[node.buffer];
@@ -156,8 +157,7 @@ Trace BuildTrace(CaptureRecord record) {
     for (int32_t w = node.alias_writes_begin; w < node.alias_writes_end; ++w) {
       const int32_t before = record.alias_writes[w].before.index;
       if (before >= 0 && before < static_cast<int32_t>(n) &&
-          std::find(parent_indices.begin(), parent_indices.end(), before) ==
-              parent_indices.end()) {
+          std::find(parent_indices.begin(), parent_indices.end(), before) == parent_indices.end()) {
         parent_indices.push_back(before);
       }
     }

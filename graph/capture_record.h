@@ -44,11 +44,11 @@ struct OutputRecord {
 
 // A tensor an op changed through an alias of what it wrote (see AliasWrite in trace.h).
 struct AliasWriteRecord {
-  SourceRecord before;       // kNode: the changed tensor's value before the write
+  SourceRecord before;  // kNode: the changed tensor's value before the write
   int32_t written_tensor = -1;
   TensorGeometry aliased;
   TensorGeometry written;
-  int32_t slot = -1;         // the changed tensor after the write; -1 when not saved
+  int32_t slot = -1;  // the changed tensor after the write; -1 when not saved
 };
 
 // When an op ran (CaptureOptions::time_ops), in nanoseconds of a steady clock.
@@ -110,7 +110,7 @@ struct CaptureRecord {
   std::vector<std::pair<int32_t, int32_t>> written_inputs;
 
   std::vector<c10::OperatorName> operators;  // distinct operators, by first use
-  int32_t num_layers = 0;  // kOp nodes' layer ids are in [0, num_layers)
+  int32_t num_layers = 0;                    // kOp nodes' layer ids are in [0, num_layers)
   // Module ids index `module_addresses` (the model's, shared; 0 is the root ""), then
   // `extra_module_addresses`.
   std::shared_ptr<const std::vector<std::string>> module_addresses;

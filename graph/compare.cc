@@ -14,7 +14,9 @@
 namespace torchlens {
 namespace {
 
-std::string Shape(c10::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string Shape(c10::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 std::vector<at::Tensor> Outputs(const Op& op) {
   if (!op.outs.empty()) return op.outs;
@@ -39,9 +41,8 @@ bool CompareValues(const at::Tensor& a, const at::Tensor& b, const CompareOption
   const at::Tensor nonzero = y.abs() > 0;
   if (nonzero.any().item<bool>()) {
     node->max_rel_diff = std::max(
-        node->max_rel_diff, (safe.masked_select(nonzero) / y.abs().masked_select(nonzero))
-                                .max()
-                                .item<double>());
+        node->max_rel_diff,
+        (safe.masked_select(nonzero) / y.abs().masked_select(nonzero)).max().item<double>());
   }
   return (same | (safe <= options.atol + options.rtol * y.abs())).all().item<bool>();
 }
@@ -71,8 +72,8 @@ absl::StatusOr<Comparison> Compare(const Trace& a, const Trace& b, CompareOption
                                               x.type, " vs ", y.func_name, " ", y.type));
     }
     if (x.parents != y.parents) {
-      node.differences.push_back(absl::StrCat("parents [", absl::StrJoin(x.parents, ", "),
-                                              "] vs [", absl::StrJoin(y.parents, ", "), "]"));
+      node.differences.push_back(absl::StrCat("parents [", absl::StrJoin(x.parents, ", "), "] vs [",
+                                              absl::StrJoin(y.parents, ", "), "]"));
     }
     if (x.module_address != y.module_address) {
       node.differences.push_back(
@@ -108,8 +109,8 @@ absl::StatusOr<Comparison> Compare(const Trace& a, const Trace& b, CompareOption
 }
 
 std::string FormatComparison(const Comparison& comparison) {
-  std::string out = absl::StrFormat("%-28s %14s %14s  %s\n", "node", "max abs diff",
-                                    "max rel diff", "differences");
+  std::string out = absl::StrFormat("%-28s %14s %14s  %s\n", "node", "max abs diff", "max rel diff",
+                                    "differences");
   for (const NodeComparison& node : comparison.nodes) {
     const std::string abs_diff =
         node.values_compared ? absl::StrFormat("%.3g", node.max_abs_diff) : "-";
@@ -126,9 +127,10 @@ std::string FormatComparison(const Comparison& comparison) {
   if (!comparison.only_in_b.empty()) {
     absl::StrAppend(&out, "only in the second: ", absl::StrJoin(comparison.only_in_b, ", "), "\n");
   }
-  absl::StrAppend(&out, comparison.first_divergence.has_value()
-                            ? absl::StrCat("first divergence: ", *comparison.first_divergence)
-                            : std::string("no divergence"),
+  absl::StrAppend(&out,
+                  comparison.first_divergence.has_value()
+                      ? absl::StrCat("first divergence: ", *comparison.first_divergence)
+                      : std::string("no divergence"),
                   "\n");
   return out;
 }

@@ -1,6 +1,5 @@
 #include "graph/dead_nodes.h"
 
-
 namespace torchlens {
 
 std::vector<int> DeadNodes(const Trace& trace) {

@@ -11,13 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
-#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "graph/json_export.h"
 #include "graph/trace_file.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
 #include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/validate.h"
 
 namespace torchlens {

@@ -60,11 +60,11 @@ absl::StatusOr<std::string> ReadStream(int fd, FileRole role, const std::string&
     if (polled < 0 && errno == EINTR) continue;
     if (polled < 0) return ReadError(role, path);
     if (polled == 0) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          Named(role, path), " is a pipe or FIFO and ",
-          bytes.empty() ? "no writer sent anything" : "its writer stopped sending", " for ",
-          absl::FormatDuration(limits.idle_timeout),
-          "; start the writer first, or save it to a regular file"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(Named(role, path), " is a pipe or FIFO and ",
+                       bytes.empty() ? "no writer sent anything" : "its writer stopped sending",
+                       " for ", absl::FormatDuration(limits.idle_timeout),
+                       "; start the writer first, or save it to a regular file"));
     }
     const ssize_t n = ::read(fd, chunk, sizeof(chunk));
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -117,9 +117,8 @@ absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, FileRole role,
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot access ", Named(role, path)));
   }
   if (!S_ISREG(info.st_mode) && !S_ISFIFO(info.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(Named(role, path), " is ",
-                                                   KindOf(info.st_mode), "; expected ",
-                                                   role.expected));
+    return absl::InvalidArgumentError(absl::StrCat(Named(role, path), " is ", KindOf(info.st_mode),
+                                                   "; expected ", role.expected));
   }
   // O_NONBLOCK: opening a FIFO without a writer returns at once (ReadStream then waits
   // for one with a bound). Regular files ignore it.
@@ -134,20 +133,19 @@ absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, FileRole role,
   if (::fstat(fd.get(), &info) != 0) return ReadError(role, path);
   const bool regular = S_ISREG(info.st_mode);
   if (!regular && !S_ISFIFO(info.st_mode)) {  // replaced between stat and open
-    return absl::InvalidArgumentError(absl::StrCat(Named(role, path), " is ",
-                                                   KindOf(info.st_mode), "; expected ",
-                                                   role.expected));
+    return absl::InvalidArgumentError(absl::StrCat(Named(role, path), " is ", KindOf(info.st_mode),
+                                                   "; expected ", role.expected));
   }
   if (regular && info.st_size == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(Named(role, path), " is empty (0 bytes); expected ", role.expected));
   }
   if (regular) {
-    absl::StatusOr<FileBytes> mapped = FileBytes::Map(fd.get(), static_cast<uint64_t>(info.st_size));
+    absl::StatusOr<FileBytes> mapped =
+        FileBytes::Map(fd.get(), static_cast<uint64_t>(info.st_size));
     if (!mapped.ok()) {
-      return absl::Status(mapped.status().code(),
-                          absl::StrCat("cannot read ", Named(role, path), ": ",
-                                       mapped.status().message()));
+      return absl::Status(mapped.status().code(), absl::StrCat("cannot read ", Named(role, path),
+                                                               ": ", mapped.status().message()));
     }
     return mapped;
   }
@@ -166,13 +164,12 @@ absl::Status WriteFileBytes(const std::string& path, absl::string_view bytes,
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", named));
   // Buffered writes can fail at any step up to the close (a full disk reports at flush).
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size() &&
-                       std::fflush(file) == 0;
+  const bool written =
+      std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size() && std::fflush(file) == 0;
   const int write_errno = errno;
   const bool closed = std::fclose(file) == 0;
   if (!written || !closed) {
-    return absl::ErrnoToStatus(written ? errno : write_errno,
-                               absl::StrCat("cannot write ", named));
+    return absl::ErrnoToStatus(written ? errno : write_errno, absl::StrCat("cannot write ", named));
   }
   return absl::OkStatus();
 }

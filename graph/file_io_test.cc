@@ -61,8 +61,7 @@ TEST(ReadFileBytesTest, DevicesAreRefusedWithoutReading) {
   for (const char* device : {"/dev/zero", "/dev/null", "/dev/urandom"}) {
     absl::StatusOr<FileBytes> read = ReadFileBytes(device, kRole);
     EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << device;
-    EXPECT_THAT(std::string(read.status().message()), HasSubstr("is a character device"))
-        << device;
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr("is a character device")) << device;
   }
 }
 

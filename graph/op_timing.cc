@@ -24,12 +24,14 @@ std::vector<std::string> ModulePath(const std::string& address) {
   return path;
 }
 
-Json Event(const std::string& name, const std::string& category, int64_t start_ns,
-           int64_t end_ns) {
-  return {{"name", name},         {"cat", category},
-          {"ph", "X"},            {"ts", static_cast<double>(start_ns) / 1e3},
+Json Event(const std::string& name, const std::string& category, int64_t start_ns, int64_t end_ns) {
+  return {{"name", name},
+          {"cat", category},
+          {"ph", "X"},
+          {"ts", static_cast<double>(start_ns) / 1e3},
           {"dur", static_cast<double>(end_ns - start_ns) / 1e3},
-          {"pid", 1},             {"tid", 1}};
+          {"pid", 1},
+          {"tid", 1}};
 }
 
 }  // namespace
@@ -46,7 +48,8 @@ std::map<std::string, int64_t> ModuleTotals(const Trace& trace) {
   for (const Op& op : trace.ops()) {
     if (op.duration_ns < 0) continue;
     totals[""] += op.duration_ns;
-    for (const std::string& module : ModulePath(op.module_address)) totals[module] += op.duration_ns;
+    for (const std::string& module : ModulePath(op.module_address))
+      totals[module] += op.duration_ns;
   }
   return totals;
 }

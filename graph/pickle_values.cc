@@ -52,11 +52,11 @@ const char* KindName(Kind kind) {
 // The storage classes `torch.save` names (torch.FloatStorage, ...) and their item sizes.
 uint64_t StorageItemSize(absl::string_view dtype) {
   static constexpr std::pair<const char*, uint64_t> kStorages[] = {
-      {"Byte", 1},         {"Char", 1},          {"Short", 2},        {"Int", 4},
-      {"Long", 8},         {"Half", 2},          {"Float", 4},        {"Double", 8},
-      {"ComplexHalf", 4},  {"ComplexFloat", 8},  {"ComplexDouble", 16}, {"Bool", 1},
-      {"QInt8", 1},        {"QUInt8", 1},        {"QInt32", 4},       {"BFloat16", 2},
-      {"QUInt4x2", 1},     {"QUInt2x4", 1},
+      {"Byte", 1},        {"Char", 1},         {"Short", 2},          {"Int", 4},
+      {"Long", 8},        {"Half", 2},         {"Float", 4},          {"Double", 8},
+      {"ComplexHalf", 4}, {"ComplexFloat", 8}, {"ComplexDouble", 16}, {"Bool", 1},
+      {"QInt8", 1},       {"QUInt8", 1},       {"QInt32", 4},         {"BFloat16", 2},
+      {"QUInt4x2", 1},    {"QUInt2x4", 1},
   };
   for (const auto& [name, size] : kStorages) {
     if (dtype == name) return size;
@@ -126,8 +126,8 @@ class Machine {
     uint64_t length = 0;
     if (absl::Status s = TakeUint(length_bytes, &length); !s.ok()) return s;
     if (length > program_.size() - at_) {
-      return Error(absl::StrCat("a value claims ", length, " bytes, ", program_.size() - at_,
-                                " remain"));
+      return Error(
+          absl::StrCat("a value claims ", length, " bytes, ", program_.size() - at_, " remain"));
     }
     return Take(length, out);
   }
@@ -204,8 +204,8 @@ class Machine {
     if (stack_.size() <= Floor()) return Error("it takes values the stack does not hold");
     *id = stack_.back();
     if (Node(*id).kind != kind) {
-      return Error(absl::StrCat("it adds to ", KindName(Node(*id).kind), ", not to ",
-                                KindName(kind)));
+      return Error(
+          absl::StrCat("it adds to ", KindName(Node(*id).kind), ", not to ", KindName(kind)));
     }
     return absl::OkStatus();
   }
@@ -247,10 +247,36 @@ class Machine {
   // See NOTE [LibTorch's pickle dialect].
   bool InLibTorchDialect() const {
     switch (op_) {
-      case '(': case ')': case '.': case 'G': case 'J': case 'K': case 'M': case 'N':
-      case 'Q': case 'R': case 'X': case ']': case 'b': case 'c': case 'd': case 'e':
-      case 'h': case 'j': case 'l': case 'q': case 'r': case 't': case 'u': case '}':
-      case 0x81: case 0x85: case 0x86: case 0x87: case 0x88: case 0x89:
+      case '(':
+      case ')':
+      case '.':
+      case 'G':
+      case 'J':
+      case 'K':
+      case 'M':
+      case 'N':
+      case 'Q':
+      case 'R':
+      case 'X':
+      case ']':
+      case 'b':
+      case 'c':
+      case 'd':
+      case 'e':
+      case 'h':
+      case 'j':
+      case 'l':
+      case 'q':
+      case 'r':
+      case 't':
+      case 'u':
+      case '}':
+      case 0x81:
+      case 0x85:
+      case 0x86:
+      case 0x87:
+      case 0x88:
+      case 0x89:
         return true;
       case 0x80:  // PROTO
         return op_start_ == 0;
@@ -271,7 +297,8 @@ class Machine {
     switch (op_) {
       case 0x80:  // PROTO
         if (absl::Status s = TakeUint(1, &number); !s.ok()) return s;
-        if (number > 5) return Error(absl::StrCat("pickle protocol ", number, " (5 is the latest)"));
+        if (number > 5)
+          return Error(absl::StrCat("pickle protocol ", number, " (5 is the latest)"));
         return absl::OkStatus();
       case 0x95:  // FRAME: a length hint
         return TakeUint(8, &number);
@@ -420,8 +447,8 @@ class Machine {
         if (Node(popped[0]).kind != Kind::kString || Node(popped[1]).kind != Kind::kString) {
           return Error("its module and name are not strings");
         }
-        return Push(Text(Kind::kGlobal,
-                         absl::StrCat(Node(popped[0]).text, ".", Node(popped[1]).text)));
+        return Push(
+            Text(Kind::kGlobal, absl::StrCat(Node(popped[0]).text, ".", Node(popped[1]).text)));
       }
       case 'Q':  // BINPERSID
         if (absl::Status s = Pop(1, &popped); !s.ok()) return s;
@@ -577,7 +604,8 @@ class Machine {
     }
     if (const char* type = BuiltListType(name); type != nullptr) {
       if (absl::Status s = arity(1); !s.ok()) return s;
-      if (Node(args[0]).kind != Kind::kList) return Error(absl::StrCat(printable, " of a non-list"));
+      if (Node(args[0]).kind != Kind::kList)
+        return Error(absl::StrCat(printable, " of a non-list"));
       Node(args[0]).type_tag = type;
       stack_.push_back(args[0]);
       return absl::OkStatus();

@@ -157,12 +157,12 @@ class Converter {
       if (!scales.ok()) return scales.status();
       absl::StatusOr<c10::IValue> zero_points = Convert(q[2], absl::StrCat(path, ".zero_points"));
       if (!zero_points.ok()) return zero_points.status();
-      return at::_empty_per_channel_affine_quantized({0}, scales->toTensor(),
-                                                     zero_points->toTensor(),
-                                                     values_.nodes[q[3]].int_value, options);
+      return at::_empty_per_channel_affine_quantized(
+          {0}, scales->toTensor(), zero_points->toTensor(), values_.nodes[q[3]].int_value, options);
     }
-    return Refuse(path, "a quantized tensor of a scheme other than per-tensor or per-channel "
-                        "affine");
+    return Refuse(path,
+                  "a quantized tensor of a scheme other than per-tensor or per-channel "
+                  "affine");
   }
 
   absl::StatusOr<c10::IValue> Tensor(const PickleNode& node, const std::string& path) {
@@ -198,7 +198,8 @@ class Converter {
     return tensor;
   }
 
-  absl::StatusOr<std::vector<c10::IValue>> Elements(const PickleNode& node, const std::string& path) {
+  absl::StatusOr<std::vector<c10::IValue>> Elements(const PickleNode& node,
+                                                    const std::string& path) {
     std::vector<c10::IValue> elements;
     elements.reserve(node.items.size());
     for (size_t i = 0; i < node.items.size(); ++i) {
@@ -284,7 +285,8 @@ class Converter {
         try {
           return c10::IValue(c10::Device(node.text));
         } catch (const std::exception&) {
-          return Refuse(path, absl::StrCat("the unknown device '", absl::CHexEscape(node.text), "'"));
+          return Refuse(path,
+                        absl::StrCat("the unknown device '", absl::CHexEscape(node.text), "'"));
         }
       case Kind::kBytes:
         return Refuse(path, "bytes");
@@ -337,10 +339,9 @@ absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
   if (value->isTensor()) return std::vector<c10::IValue>{*value};
   if (value->isList()) return value->toList().vec();
   if (value->isTuple()) return value->toTupleRef().elements().vec();
-  return absl::InvalidArgumentError(
-      absl::StrCat("input file '", path, "' holds a ",
-                   value->isGenericDict() ? "dict" : value->tagKind(),
-                   "; expected a tensor, or a list or tuple of the forward's arguments"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input file '", path, "' holds a ", value->isGenericDict() ? "dict" : value->tagKind(),
+      "; expected a tensor, or a list or tuple of the forward's arguments"));
 }
 
 }  // namespace torchlens

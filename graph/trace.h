@@ -130,14 +130,14 @@ struct Op {
   std::optional<bool> buffer_value_changed;    // set for kFused versions
 
   // Beyond the TorchLens core fields.
-  std::string overload_name;          // "Tensor" for aten::add.Tensor; with func_name names the op
-  int pass = 1;                       // execution count of this layer (the ":N" of the label)
-  int layer_type_index = 0;           // the {type_index} of the label (0 for non-op nodes)
-  int layer_step_index = 0;           // the {step_index} of the label (0 for non-op nodes)
+  std::string overload_name;  // "Tensor" for aten::add.Tensor; with func_name names the op
+  int pass = 1;               // execution count of this layer (the ":N" of the label)
+  int layer_type_index = 0;   // the {type_index} of the label (0 for non-op nodes)
+  int layer_step_index = 0;   // the {step_index} of the label (0 for non-op nodes)
   // Shape of `out`, recorded even when not saved. Inline storage, like LibTorch's own
   // DimVector: building a trace allocates as little per op as it can.
   at::DimVector tensor_shape;
-  std::string tensor_dtype;           // "float", "long", ...; empty when not a tensor
+  std::string tensor_dtype;  // "float", "long", ...; empty when not a tensor
   // Parameter addresses read, in argument order (most ops read at most two).
   absl::InlinedVector<std::string, 2> parent_params;
   // Every tensor output, in return order (`out` is the first). Saved values only.

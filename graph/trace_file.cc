@@ -396,9 +396,9 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes) {
     for (const c10::IValue& v : r.ListOf(root, "diagnostics")) {
       Reader g("a diagnostic");
       const Dict d = g.DictAt(v);
-      parts.diagnostics.push_back(TraceDiagnostic{g.String(d, "address"), g.String(d, "message"),
-                                                  d.contains("label") ? g.String(d, "label")
-                                                                      : std::string()});
+      parts.diagnostics.push_back(
+          TraceDiagnostic{g.String(d, "address"), g.String(d, "message"),
+                          d.contains("label") ? g.String(d, "label") : std::string()});
     }
     Reader s("capture_stats");
     const Dict stats = s.DictAt(r.Field(root, "capture_stats"));

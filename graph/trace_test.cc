@@ -22,12 +22,11 @@ Trace Example() {
   const auto input = b.AddInput(x);
   const auto relu = b.AddOp("aten::relu", "", {input}, {at::relu(x)});
   b.AddOp("aten::sigmoid", "", {input}, {at::sigmoid(x)});
-  const auto mul =
-      b.AddOp("aten::mul", "Tensor", {relu, TraceBuilder::Value(at::tensor(2.0f))},
-              {at::relu(x) * 2});
-  const auto read = b.AddBufferRead("b", at::zeros({2}));
-  const auto add = b.AddOp("aten::add_", "Tensor", {read, mul, TraceBuilder::Value(1)},
+  const auto mul = b.AddOp("aten::mul", "Tensor", {relu, TraceBuilder::Value(at::tensor(2.0f))},
                            {at::relu(x) * 2});
+  const auto read = b.AddBufferRead("b", at::zeros({2}));
+  const auto add =
+      b.AddOp("aten::add_", "Tensor", {read, mul, TraceBuilder::Value(1)}, {at::relu(x) * 2});
   b.AddBufferWrite("b", WriteKind::kInplace, add, at::relu(x) * 2);
   b.AddOutput(mul);
   return b.Build();
@@ -78,8 +77,8 @@ TEST(TraceTest, OutputValueNamesOutputsAndAliasWrites) {
   AliasWrite write;
   write.before = ArgSource{ArgSource::Kind::kNode, "input_1", 0};
   write.value = at::tensor({1.0f, 1.0f, 0.0f, 0.0f}).reshape({2, 2});
-  const auto fill = b.AddOp("aten::fill_", "Scalar", {row, TraceBuilder::Value(1.0)},
-                            {at::ones({2})}, {write});
+  const auto fill =
+      b.AddOp("aten::fill_", "Scalar", {row, TraceBuilder::Value(1.0)}, {at::ones({2})}, {write});
   b.AddOutput(TraceBuilder::Ref{fill.node, -1, {}});
   const Trace trace = b.Build();
   const Op& op = trace.ops()[fill.node];

@@ -79,7 +79,8 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
     return Bad("the zip directory lies outside the file");
   }
   // Each directory entry takes at least 46 bytes: a count beyond that is a lie.
-  if (entries > directory_size / 46) return Bad("the zip directory claims more entries than it holds");
+  if (entries > directory_size / 46)
+    return Bad("the zip directory claims more entries than it holds");
   ZipArchive archive;
   archive.bytes_ = data;
   uint64_t at = directory_offset;
@@ -121,17 +122,19 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
     }
     if (method == kStored) {
       if (compressed != size) {
-        return Bad(absl::StrCat("stored zip entry ", Printable(entry.name), " has two different sizes"));
+        return Bad(
+            absl::StrCat("stored zip entry ", Printable(entry.name), " has two different sizes"));
       }
     } else if (method == kDeflated) {
       if (size > compressed * kMaxDeflateRatio + kDeflateSlack) {
-        return Bad(absl::StrCat("zip entry ", Printable(entry.name), " claims ", size, " bytes from ", compressed,
+        return Bad(absl::StrCat("zip entry ", Printable(entry.name), " claims ", size,
+                                " bytes from ", compressed,
                                 " deflated bytes, more than deflate can produce"));
       }
       entry.deflated = true;
     } else {
-      return Bad(absl::StrCat("zip entry ", Printable(entry.name), " uses compression method ", method,
-                              "; torch.save stores entries or deflates them"));
+      return Bad(absl::StrCat("zip entry ", Printable(entry.name), " uses compression method ",
+                              method, "; torch.save stores entries or deflates them"));
     }
     if (!bytes.Has(local, 30) || bytes.Read(local, 4) != kLocalHeader) {
       return Bad(absl::StrCat("zip entry ", Printable(entry.name), " points outside the file"));
@@ -141,7 +144,8 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
     entry.size = size;
     entry.crc32 = crc;
     if (!bytes.Has(entry.data_offset, compressed)) {
-      return Bad(absl::StrCat("zip entry ", Printable(entry.name), " claims ", compressed, " bytes past the end"));
+      return Bad(absl::StrCat("zip entry ", Printable(entry.name), " claims ", compressed,
+                              " bytes past the end"));
     }
     if (!archive.by_name_.emplace(entry.name, archive.entries_.size()).second) {
       return Bad(absl::StrCat("zip entry ", Printable(entry.name), " appears twice"));
@@ -154,7 +158,8 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
   const std::string& first = archive.entries_.front().name;
   const size_t slash = first.find('/');
   if (slash == std::string::npos) {
-    return Bad(absl::StrCat("zip entry ", Printable(first), " is not in a directory, as torch.save writes"));
+    return Bad(absl::StrCat("zip entry ", Printable(first),
+                            " is not in a directory, as torch.save writes"));
   }
   archive.prefix_ = first.substr(0, slash + 1);
   return archive;
@@ -168,7 +173,8 @@ const ZipArchive::Entry* ZipArchive::Find(absl::string_view name) const {
 absl::StatusOr<std::string> ZipArchive::Read(absl::string_view name) const {
   const Entry* entry = Find(name);
   if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat("the archive has no record ", Printable(absl::StrCat(prefix_, name))));
+    return absl::NotFoundError(
+        absl::StrCat("the archive has no record ", Printable(absl::StrCat(prefix_, name))));
   }
   return Read(*entry);
 }
@@ -177,8 +183,9 @@ absl::StatusOr<std::string> ZipArchive::Read(const Entry& entry) const {
   const absl::string_view stored = Stored(entry);
   if (!entry.deflated) return std::string(stored);
   if (entry.size > UINT_MAX || entry.stored_size > UINT_MAX) {  // zlib counts in 32 bits
-    return absl::InvalidArgumentError(absl::StrCat(
-        "deflated zip entry ", Printable(entry.name), " is larger than 4 GiB; torch.save stores large records"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("deflated zip entry ", Printable(entry.name),
+                     " is larger than 4 GiB; torch.save stores large records"));
   }
   std::string out(entry.size, '\0');
   z_stream stream{};
@@ -194,8 +201,8 @@ absl::StatusOr<std::string> ZipArchive::Read(const Entry& entry) const {
   inflateEnd(&stream);
   if (result != Z_STREAM_END || inflated != out.size()) {
     return absl::InvalidArgumentError(absl::StrCat("zip entry ", Printable(entry.name),
-                                                   " does not inflate to its stated ",
-                                                   entry.size, " bytes"));
+                                                   " does not inflate to its stated ", entry.size,
+                                                   " bytes"));
   }
   return out;
 }

@@ -40,7 +40,7 @@ class ZipArchive {
     uint64_t stored_size = 0;  // bytes in the file
     uint64_t size = 0;         // bytes once inflated
     bool deflated = false;
-    uint32_t crc32 = 0;        // of the inflated bytes, as the directory states it
+    uint32_t crc32 = 0;  // of the inflated bytes, as the directory states it
   };
 
   // Checks the directory as NOTE [Untrusted archives] says. `bytes` must outlive the

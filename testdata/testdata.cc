@@ -13,13 +13,29 @@ std::string ModelPath(const std::string& name) { return absl::StrCat("testdata/"
 torch::jit::Module LoadModel(const std::string& name) { return torch::jit::load(ModelPath(name)); }
 
 const std::vector<std::string>& CoreModels() {
-  static const auto* names = new std::vector<std::string>{
-      "mlp",           "convbn_train",       "convbn_eval",    "loop_reuse",
-      "multi_output",  "call_twice",         "inplace_after_read", "seed_recurrent",
-      "recurrent_loop", "mul_add",           "copy_into",      "slice_copy",
-      "slice_assign",  "read_only",          "add_then_mul",   "return_buffer",
-      "bn1d_train",    "bn2d_train",         "bn2d_eval",      "instancenorm_train",
-      "many_buffers",  "counter_cell",       "causal_mask_bn"};
+  static const auto* names = new std::vector<std::string>{"mlp",
+                                                          "convbn_train",
+                                                          "convbn_eval",
+                                                          "loop_reuse",
+                                                          "multi_output",
+                                                          "call_twice",
+                                                          "inplace_after_read",
+                                                          "seed_recurrent",
+                                                          "recurrent_loop",
+                                                          "mul_add",
+                                                          "copy_into",
+                                                          "slice_copy",
+                                                          "slice_assign",
+                                                          "read_only",
+                                                          "add_then_mul",
+                                                          "return_buffer",
+                                                          "bn1d_train",
+                                                          "bn2d_train",
+                                                          "bn2d_eval",
+                                                          "instancenorm_train",
+                                                          "many_buffers",
+                                                          "counter_cell",
+                                                          "causal_mask_bn"};
   return *names;
 }
 

@@ -27,7 +27,8 @@ const Op& Get(const Trace& trace, const std::string& key) {
   return op.ok() ? **op : kMissing;
 }
 
-Trace Changed(const Trace& trace, const std::string& label, const std::function<void(Op&)>& change) {
+Trace Changed(const Trace& trace, const std::string& label,
+              const std::function<void(Op&)>& change) {
   TraceParts parts = trace.Parts();
   bool found = false;
   for (Op& op : parts.ops) {

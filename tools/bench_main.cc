@@ -38,9 +38,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/intervene.h"
 #include "validation/validate.h"
 
@@ -338,8 +338,8 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
 // models, and each pair of blocks gives the ratios. The machine's slow drift over the run
 // (other tenants of a shared L3) then moves both sides of a ratio alike, while each model
 // is measured in the steady state a service runs it in. The median pair is reported.
-nlohmann::json ScalingPair(const BenchModel& small, const BenchModel& large,
-                           const Options& options, bool consolidate_frees) {
+nlohmann::json ScalingPair(const BenchModel& small, const BenchModel& large, const Options& options,
+                           bool consolidate_frees) {
   struct Side {
     torch::jit::Module model;
     std::vector<c10::IValue> inputs;
@@ -370,8 +370,8 @@ nlohmann::json ScalingPair(const BenchModel& small, const BenchModel& large,
       std::vector<double> plain, capture;
       for (int i = -1; i < kPerBlock; ++i) {
         const double p = MicrosOf([&] { side.model.forward(side.inputs); }, consolidate_frees);
-        const double c = MicrosOf(
-            [&] { (void)TraceModule(side.model, side.inputs, unsaved); }, consolidate_frees);
+        const double c = MicrosOf([&] { (void)TraceModule(side.model, side.inputs, unsaved); },
+                                  consolidate_frees);
         if (i < 0) continue;
         plain.push_back(p);
         capture.push_back(c);
@@ -468,9 +468,8 @@ int main(int argc, char** argv) {
   };
   // Both ways of charging glibc's deferred frees: NOTE [Each run pays for its own frees].
   for (const bool consolidate_frees : {true, false}) {
-    for (const auto& [small, large] :
-         {std::pair<std::string, std::string>{"mlp200", "mlp2000"},
-          {"mlp200_tied", "mlp2000_tied"}}) {
+    for (const auto& [small, large] : {std::pair<std::string, std::string>{"mlp200", "mlp2000"},
+                                       {"mlp200_tied", "mlp2000_tied"}}) {
       if (!Selected(*options, large)) continue;
       nlohmann::json row = ScalingPair(*spec(small), *spec(large), *options, consolidate_frees);
       if (row.is_null()) {

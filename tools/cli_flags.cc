@@ -160,8 +160,8 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       options.non_finite = true;
     } else if (name == "model" || name == "input" || name == "summary" || name == "input_shape" ||
                name == "mode" || name == "seed" || name == "edit" || name == "render" ||
-               name == "show_buffers" || name == "json" || name == "save" ||
-               name == "compare" || name == "compare_model" || name == "chrome_trace") {
+               name == "show_buffers" || name == "json" || name == "save" || name == "compare" ||
+               name == "compare_model" || name == "chrome_trace") {
       absl::StatusOr<std::string> v = take_value();
       if (!v.ok()) return v.status();
       if (name == "model") {
@@ -173,8 +173,8 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       } else if (name == "render") {
         if (!absl::EndsWithIgnoreCase(*v, ".svg") && !absl::EndsWithIgnoreCase(*v, ".png") &&
             !absl::EndsWithIgnoreCase(*v, ".pdf")) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "--render \"", *v, "\": the file name must end in .svg, .png or .pdf"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("--render \"", *v, "\": the file name must end in .svg, .png or .pdf"));
         }
         options.render_file = *v;
       } else if (name == "json") {

@@ -33,11 +33,11 @@ struct CliOptions {
   std::string show_buffers = "meaningful";  // never | meaningful | always
   std::string json_file;
   std::string save_file;
-  std::string compare_trace;   // a trace file to compare the new trace with
-  std::string compare_model;   // a second model to run on the same inputs and compare
-  bool hash = false;           // print the structure hash
-  bool non_finite = false;     // print the first op whose output holds NaN or Inf
-  std::string chrome_trace;    // time every op and write a Chrome trace here
+  std::string compare_trace;  // a trace file to compare the new trace with
+  std::string compare_model;  // a second model to run on the same inputs and compare
+  bool hash = false;          // print the structure hash
+  bool non_finite = false;    // print the first op whose output holds NaN or Inf
+  std::string chrome_trace;   // time every op and write a Chrome trace here
 };
 
 // "1,3,224,224" or several inputs separated by ';': "1,16;1,4". Dimensions are
@@ -50,9 +50,9 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
 
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
 // --summary, --validate, --edit (repeatable), --render, --show_buffers, --json, --save,
-// --compare, --compare_model, --hash, --non_finite, --chrome_trace, --help; each as "--flag=value" or "--flag value". kInvalidArgument for an unknown flag,
-// a flag given twice (except --edit), an empty value ("--model=", "--save ''"), or a
-// value the flag does not take.
+// --compare, --compare_model, --hash, --non_finite, --chrome_trace, --help; each as "--flag=value"
+// or "--flag value". kInvalidArgument for an unknown flag, a flag given twice (except --edit), an
+// empty value ("--model=", "--save ''"), or a value the flag does not take.
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);
 
 extern const char kUsage[];

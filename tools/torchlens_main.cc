@@ -4,10 +4,9 @@
 //   tools/bazelw run //tools:torchlens -- --model /path/model.pt --input_shape 1,3,224,224
 //
 // Every failure prints one line "torchlens: error: ..." and exits with code 2.
+#include <sys/stat.h>
 #include <torch/script.h>
 #include <torch/serialize.h>
-
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,10 +33,10 @@
 #include "graph/torch_load.h"
 #include "graph/trace_file.h"
 #include "tools/cli_flags.h"
-#include "torchlens_dispatch/ops/bit_identical.h"
-#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/intervene.h"
 #include "validation/validate.h"
 
@@ -70,9 +69,9 @@ absl::StatusOr<std::string> BundledModelPath() {
     struct stat info;
     if (::stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode)) return candidate;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "the bundled demo model is not in this binary's runfiles (looked for ",
-      absl::StrJoin(candidates, ", "), "); give a model with --model FILE"));
+  return absl::NotFoundError(
+      absl::StrCat("the bundled demo model is not in this binary's runfiles (looked for ",
+                   absl::StrJoin(candidates, ", "), "); give a model with --model FILE"));
 }
 
 std::string Values(const at::Tensor& t) {
@@ -83,7 +82,9 @@ std::string Values(const at::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
 }
 
-std::string Shape(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
+std::string Shape(const at::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+}
 
 // How `after` differs from `before`, or "unchanged" (bitwise, NOTE [Bitwise equality]).
 std::string Change(const at::Tensor& before, const at::Tensor& after) {
@@ -150,8 +151,9 @@ absl::StatusOr<std::string> DescribeNonFinite(const Trace& trace) {
   }
   return absl::StrCat("\nFirst non-finite value: ", found.label, " in '", found.module_address,
                       "' (", found.has_nan ? "NaN" : "", found.has_nan && found.has_inf ? ", " : "",
-                      found.has_inf ? "Inf" : "", "); parents: ",
-                      parents.empty() ? "none" : absl::StrJoin(parents, ", "), "\n");
+                      found.has_inf ? "Inf" : "",
+                      "); parents: ", parents.empty() ? "none" : absl::StrJoin(parents, ", "),
+                      "\n");
 }
 
 // Copies of the forward's arguments that share no tensor with them, for a second model
@@ -170,8 +172,7 @@ constexpr int kValidationFailed = 1;
 // The summary, to standard output: a full disk or a closed pipe is an error like any
 // other (SIGPIPE is ignored in main so that it becomes one).
 absl::Status WriteStdout(absl::string_view text) {
-  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() ||
-      std::fflush(stdout) != 0) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
     return absl::ErrnoToStatus(errno, "cannot write the summary to standard output");
   }
   return absl::OkStatus();
@@ -182,8 +183,7 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
   if (!options.ok()) return options.status();
   if (options->help) return WriteStdout(kUsage);
   const bool bundled = options->model.empty();
-  absl::StatusOr<std::string> model_path =
-      bundled ? BundledModelPath() : UserPath(options->model);
+  absl::StatusOr<std::string> model_path = bundled ? BundledModelPath() : UserPath(options->model);
   if (!model_path.ok()) return model_path.status();
   absl::StatusOr<torch::jit::Module> model = LoadTorchScript(*model_path);
   if (!model.ok()) return model.status();
@@ -228,9 +228,9 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     second->train(options->train);
     absl::StatusOr<Trace> traced = TraceModule(*second, std::move(second_inputs), capture);
     if (!traced.ok()) {
-      return absl::Status(traced.status().code(), absl::StrCat("--compare_model ",
-                                                               options->compare_model, ": ",
-                                                               traced.status().message()));
+      return absl::Status(traced.status().code(),
+                          absl::StrCat("--compare_model ", options->compare_model, ": ",
+                                       traced.status().message()));
     }
     reference = *std::move(traced);
     reference_name = options->compare_model;
@@ -313,11 +313,10 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
           : WriteFileBytes(UserPath(options->summary_file), summary, "--summary file");
   if (!summary_written.ok()) failed.emplace_back(summary_written.message());
   if (!failed.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat(absl::StrJoin(failed, "; "),
-                     static_cast<int>(failed.size()) < outputs
-                         ? " (the other requested outputs were written)"
-                         : ""));
+    return absl::UnavailableError(absl::StrCat(absl::StrJoin(failed, "; "),
+                                               static_cast<int>(failed.size()) < outputs
+                                                   ? " (the other requested outputs were written)"
+                                                   : ""));
   }
   return absl::OkStatus();
 }

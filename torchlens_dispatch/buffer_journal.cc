@@ -97,8 +97,8 @@ void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> re
     } else {
       source.output_index = WrittenOutput(pending, producer, returns, slot);
     }
-    const int32_t version = record_->AddBufferVersion(pending.buffer, pending.kind, &source, value,
-                                                      changed, slot);
+    const int32_t version =
+        record_->AddBufferVersion(pending.buffer, pending.kind, &source, value, changed, slot);
     state.version = version;
     state.latest = std::move(value);
   }

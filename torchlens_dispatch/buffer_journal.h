@@ -86,9 +86,9 @@ class BufferJournal {
 
  private:
   struct State {
-    const ModelLayout::BufferEntry* entry;   // in the layout
-    at::Tensor holder;                       // the registered tensor as last seen
-    std::vector<at::Tensor> former_holders;  // kept alive: see NOTE [Tensor identity]
+    const ModelLayout::BufferEntry* entry;      // in the layout
+    at::Tensor holder;                          // the registered tensor as last seen
+    std::vector<at::Tensor> former_holders;     // kept alive: see NOTE [Tensor identity]
     const c10::StorageImpl* storage = nullptr;  // where `holder` is indexed
     int64_t begin_byte = 0, end_byte = 0;       // range of `holder` in its storage
     int32_t version = -1;                       // current version node

@@ -43,7 +43,8 @@ class FakeTensors : public BufferJournal::Tensors {
 };
 
 // A layout of C++-frontend buffers (read from `tensor`, as torch::nn layouts are).
-std::unique_ptr<ModelLayout> Layout(const std::vector<std::pair<std::string, at::Tensor>>& buffers) {
+std::unique_ptr<ModelLayout> Layout(
+    const std::vector<std::pair<std::string, at::Tensor>>& buffers) {
   auto layout = std::make_unique<ModelLayout>();
   for (const auto& [address, tensor] : buffers) {
     ModelLayout::BufferEntry entry;
@@ -69,7 +70,8 @@ at::Tensor Value(RecordAppender* record, int32_t node) {
 
 struct Journal {
   explicit Journal(const std::vector<std::pair<std::string, at::Tensor>>& buffers)
-      : layout(Layout(buffers)), record(/*saved_values=*/true, /*training=*/false),
+      : layout(Layout(buffers)),
+        record(/*saved_values=*/true, /*training=*/false),
         journal(*layout, &record, &tensors, /*save=*/true) {}
   std::unique_ptr<ModelLayout> layout;
   RecordAppender record;
@@ -137,7 +139,8 @@ TEST(BufferJournalTest, WritesThroughASliceAndATransposeAreAliasWrites) {
   j.journal.CommitWrites(copy, {c10::IValue(transposed)});
   const int32_t second = j.journal.Read(0);
   EXPECT_EQ(j.record.record().sources[Node(j.record, second).sources_begin].output_index, -1);
-  EXPECT_TRUE(at::equal(Value(&j.record, second), at::tensor({1.0f, 3.0f, 2.0f, 4.0f}).reshape({2, 2})));
+  EXPECT_TRUE(
+      at::equal(Value(&j.record, second), at::tensor({1.0f, 3.0f, 2.0f, 4.0f}).reshape({2, 2})));
 }
 
 TEST(BufferJournalTest, BuffersOnOneStorageAreWrittenByWhatOverlapsThem) {

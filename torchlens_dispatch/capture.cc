@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/build_trace.h"
-#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/fallback.h"
 #include "torchlens_dispatch/model_layout.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/recorder.h"
 #include "torchlens_dispatch/script_errors.h"
@@ -105,8 +105,8 @@ absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IV
     outputs = RunUnoptimized(model, std::move(inputs));  // NOTE [Stable plans]
   } catch (const std::exception& e) {
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    const ScriptError error =
-        ParseInterpreterError(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    const ScriptError error = ParseInterpreterError(
+        c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
     const bool out_of_memory = IsOutOfMemory(e);
     return absl::Status(
         out_of_memory ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInvalidArgument,

@@ -237,10 +237,9 @@ TEST(CaptureTest, CaptureNeverChangesWhatTheModelComputes) {
 // TraceModule locates ops with site markers; a CaptureGuard around the model's own
 // executor asks the interpreter. Both must name the same layers and modules.
 TEST(CaptureTest, SiteMarkersAgreeWithTheInterpreter) {
-  for (const char* name :
-       {"mlp", "convbn_train", "loop_reuse", "multi_output", "call_twice", "seed_recurrent",
-        "recurrent_loop", "counter_cell", "demo", "instancenorm_train", "slice_assign",
-        "nested_150"}) {
+  for (const char* name : {"mlp", "convbn_train", "loop_reuse", "multi_output", "call_twice",
+                           "seed_recurrent", "recurrent_loop", "counter_cell", "demo",
+                           "instancenorm_train", "slice_assign", "nested_150"}) {
     SCOPED_TRACE(name);
     testdata::Expected expected(name);
     torch::jit::Module marked_model = testdata::LoadModel(name);
@@ -299,8 +298,7 @@ TEST(CaptureTest, GuardInInferenceSeesTheSameOpsAfterOptimizedRuns) {
 // from the trace, the op after the wait in 10 of 12 runs, and the node count changed
 // from run to run. Such models are refused before anything runs (NOTE [Forked work]).
 TEST(CaptureTest, ModelsThatForkWorkOntoOtherThreadsAreRefused) {
-  for (const auto& [name, where] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [name, where] : std::vector<std::pair<std::string, std::string>>{
            {"forks", "Forks.forward forks at code/__torch__.py:"},
            {"forks_in_helper", "_double_on_another_thread forks at code/__torch__.py:"}}) {
     SCOPED_TRACE(name);

@@ -48,7 +48,8 @@ std::string MissingOperatorHint(absl::string_view cause) {
                         ": the model was saved by a newer PyTorch; export it with PyTorch 1.13 "
                         "or replace the operator");
   }
-  return absl::StrCat("load the library that registers ", ns, ":: operators before loading the "
+  return absl::StrCat("load the library that registers ", ns,
+                      ":: operators before loading the "
                       "model (for torchvision::, torchvision's _C.so: dlopen it or link it)");
 }
 
@@ -65,7 +66,8 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
   // NOTE [Code LibTorch 1.13 crashes on], NOTE [Printing debug information]
   for (const ZipArchive::Entry& entry : checked->zip.entries()) {
     absl::string_view record = entry.name;
-    if (!absl::ConsumePrefix(&record, checked->zip.prefix()) || !absl::StartsWith(record, "code/")) {
+    if (!absl::ConsumePrefix(&record, checked->zip.prefix()) ||
+        !absl::StartsWith(record, "code/")) {
       continue;
     }
     const bool code = absl::EndsWith(record, ".py"), debug = absl::EndsWith(record, ".debug_pkl");
@@ -92,8 +94,8 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
         absl::StrCat(name, " has code LibTorch cannot compile: ", error.OneLine()));
   } catch (const std::exception& e) {
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    const ScriptError error =
-        ParseInterpreterError(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    const ScriptError error = ParseInterpreterError(
+        c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
     return absl::InvalidArgumentError(absl::StrCat(
         name, " could not be loaded by LibTorch: ", error.OneLine(), "; expected ", kExpected));
   }

@@ -115,7 +115,8 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
   for (const auto& [address, module] : *trace_modules) {
     const int32_t id = layout->module_ids.at(address);
     layout->module_types[id] = module.type_name;
-    if (id != 0) layout->module_children[layout->module_ids.at(OwnerAddress(address))].push_back(id);
+    if (id != 0)
+      layout->module_children[layout->module_ids.at(OwnerAddress(address))].push_back(id);
   }
   layout->module_addresses = std::move(addresses);
   layout->param_addresses = std::move(param_addresses);

@@ -52,7 +52,7 @@ struct ModelLayout {
   // Module ids index these; 0 is the root "".
   std::shared_ptr<const std::vector<std::string>> module_addresses;
   absl::flat_hash_map<std::string, int32_t> module_ids;
-  std::vector<std::string> module_types;             // by id: "Linear", "ModuleList"
+  std::vector<std::string> module_types;              // by id: "Linear", "ModuleList"
   std::vector<std::vector<int32_t>> module_children;  // by id: direct submodules
 
   struct ParamEntry {

@@ -222,7 +222,7 @@ TEST(NnCaptureTest, TensorFromOutsideAtAFreedAddressIsAConstant) {
 // overload: aten::add.Tensor and aten::add.Scalar count as the first and second "add".
 struct AddsImpl : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x, torch::Tensor y) {
-    torch::Tensor sum = x.add(y);  // aten::add.Tensor
+    torch::Tensor sum = x.add(y);        // aten::add.Tensor
     torch::Tensor shifted = sum.add(1);  // aten::add.Scalar
     return torch::relu(shifted).add(y);  // aten::add.Tensor again
   }

@@ -70,9 +70,7 @@ void RecordAppender::EndArguments(NodeRecord* node, c10::ArrayRef<SourceRecord> 
   node->sources_end = Size(record_.sources.size());
 }
 
-void RecordAppender::DropArguments(const NodeRecord& node) {
-  record_.args.resize(node.args_begin);
-}
+void RecordAppender::DropArguments(const NodeRecord& node) { record_.args.resize(node.args_begin); }
 
 int32_t RecordAppender::AddOp(NodeRecord node) {
   node.outputs_begin = node.outputs_end = Size(record_.outputs.size());
@@ -88,8 +86,8 @@ int32_t RecordAppender::AddAliasWrite(int32_t writer, AliasWriteRecord write) {
   return -(node.alias_writes_end - node.alias_writes_begin);
 }
 
-int32_t RecordAppender::AddSourceNode(NodeRecord::Kind kind, const at::Tensor& tensor,
-                                      int32_t slot, int32_t constant_address) {
+int32_t RecordAppender::AddSourceNode(NodeRecord::Kind kind, const at::Tensor& tensor, int32_t slot,
+                                      int32_t constant_address) {
   NodeRecord node;
   node.kind = kind;
   node.constant_address = constant_address;

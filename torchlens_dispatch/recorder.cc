@@ -65,9 +65,9 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
     : layout_(std::move(layout)),
       options_(options),
       record_(options_.save_activations, training),
-      module_addresses_(ModuleTree{layout_->serial, layout_->module_addresses,
-                                   &layout_->module_ids, &layout_->module_types,
-                                   &layout_->module_children, &layout_->layer_classes}),
+      module_addresses_(ModuleTree{layout_->serial, layout_->module_addresses, &layout_->module_ids,
+                                   &layout_->module_types, &layout_->module_children,
+                                   &layout_->layer_classes}),
       script_sites_(&module_addresses_),
       journal_(*layout_, &record_, this, options_.save_activations) {
   NoCapture no_capture(kCaptureKey);
@@ -164,10 +164,9 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     journal_.DropPendingWrites();
     overwritten_.clear();
     if (failure_.ok()) {
-      failure_ = absl::AbortedError(
-          absl::StrCat("the forward pass threw while capturing (", op.operator_name().name, ": ",
-                       FirstLine(e),
-                       "); the trace would be incomplete. Fix the error and capture again"));
+      failure_ = absl::AbortedError(absl::StrCat(
+          "the forward pass threw while capturing (", op.operator_name().name, ": ", FirstLine(e),
+          "); the trace would be incomplete. Fix the error and capture again"));
     }
     throw;
   }
@@ -270,7 +269,8 @@ int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit
   }
   if (!prepared.view_bases.empty()) {
     for (const c10::IValue& value : returns) {
-      ForEachTensor(value, [&](const at::Tensor& view) { IndexAliases(view, prepared.view_bases); });
+      ForEachTensor(value,
+                    [&](const at::Tensor& view) { IndexAliases(view, prepared.view_bases); });
     }
   }
   if (journal_.has_pending_writes()) journal_.CommitWrites(index, returns);
@@ -302,8 +302,7 @@ void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet key
     const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, info.num_arguments);
     for (uint32_t a : info.written_arguments) {
       // A write the user-level op did not declare: see NOTE [Buffer writes].
-      ForEachTensor(args[a],
-                    [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused, -1); });
+      ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused, -1); });
     }
   }
   DepthGuard depth(&depth_);
@@ -365,8 +364,7 @@ SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
   if (entry->aliases_buffer) *touches_buffer = true;
   // NOTE [Tensor identity]: the registered tensor, and a tensor made without dispatching
   // in its place (NOTE [Buffer writes]), read the buffer's current version.
-  if (const int32_t buffer = entry->buffer >= 0 ? entry->buffer : entry->buffer_view;
-      buffer >= 0) {
+  if (const int32_t buffer = entry->buffer >= 0 ? entry->buffer : entry->buffer_view; buffer >= 0) {
     if (*owner_module < 0) *owner_module = layout_->buffers[buffer].module;
     const int32_t version = journal_.Read(buffer);
     source.kind = SourceRecord::Kind::kNode;

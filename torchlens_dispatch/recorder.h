@@ -95,10 +95,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "graph/capture_record.h"
-#include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/buffer_journal.h"
 #include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/model_layout.h"
+#include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/record_appender.h"
 #include "torchlens_dispatch/script_sites.h"
 
@@ -184,8 +184,8 @@ class Recorder : private BufferJournal::Tensors {
     at::Tensor alias;        // shares the live tensor's storage and geometry
     int32_t written_tensor;  // which tensor argument the op wrote; -1: a nested write
     TensorGeometry written;
-    int32_t node_before;     // the live tensor's producer before the write, or -1
-    at::Tensor held;         // without saved values: the tensor, alive until the write is recorded
+    int32_t node_before;  // the live tensor's producer before the write, or -1
+    at::Tensor held;      // without saved values: the tensor, alive until the write is recorded
   };
   const OpInfo& Info(const c10::OperatorHandle& op);
   struct PreparedOp {

@@ -1,7 +1,5 @@
 // Recorder: the end of a capture (Finish and its steps) and reassignments TorchScript
 // code reports as they happen.
-#include "torchlens_dispatch/recorder.h"
-
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <atomic>
@@ -9,6 +7,7 @@
 #include "absl/status/status.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/recorder.h"
 
 namespace torchlens {
 

@@ -1,7 +1,5 @@
 // Recorder: tensors seen for the first time (inputs, constants, parameters, shallow
 // copies, views of buffers) and the tensor table's side of the buffer journal.
-#include "torchlens_dispatch/recorder.h"
-
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/recorder.h"
 
 namespace torchlens {
 
@@ -51,8 +50,7 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   // CaptureGuard they never are, and every other tensor from outside is an input).
   auto attribute = attributes_.find(impl);
   if (attribute != attributes_.end()) {
-    outside.node =
-        AddConstantNode(tensor, record_.record().constant_addresses[attribute->second]);
+    outside.node = AddConstantNode(tensor, record_.record().constant_addresses[attribute->second]);
   } else if (!inputs_marked_) {
     outside.node = AddInputNode(tensor);
   } else {

@@ -1,12 +1,11 @@
 // Recorder: copy-on-write of saved values before in-place writes, and the alias writes of
 // the tensors those writes changed (NOTE [Writes through views] in recorder.h).
-#include "torchlens_dispatch/recorder.h"
-
 #include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "torchlens_dispatch/recorder.h"
 #include "torchlens_dispatch/saved_copy.h"
 #include "torchlens_dispatch/storage_ranges.h"
 
@@ -22,7 +21,8 @@ void Recorder::IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> ba
     for (AliasedTensor& known : *aliased) {
       if (known.alive._unsafe_get_target() != tensor.unsafeGetTensorImpl()) continue;
       // The same tensor, or a new one at a dead one's address.
-      if (known.alive.expired()) known = AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end};
+      if (known.alive.expired())
+        known = AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end};
       return;
     }
     aliased->push_back(AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end});

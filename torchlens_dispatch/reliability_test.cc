@@ -14,8 +14,8 @@
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
 #include "torchlens_dispatch/capture.h"
-#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/load_model.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/testing.h"
 #include "validation/validate.h"
 
@@ -68,13 +68,16 @@ TEST(BadModelFileTest, HostileArchivesAreRefusedBeforeLibTorchReadsThem) {
     absl::StatusOr<torch::jit::Module> model = LoadTorchScript(path);
     EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << op;
     EXPECT_THAT(std::string(model.status().message()),
-                HasSubstr(absl::StrCat("model file '", path, "' is not a valid TorchScript "
-                                       "archive: underflow_", op, "/data.pkl: pickle opcode")))
+                HasSubstr(absl::StrCat("model file '", path,
+                                       "' is not a valid TorchScript "
+                                       "archive: underflow_",
+                                       op, "/data.pkl: pickle opcode")))
         << op;
     EXPECT_THAT(std::string(model.status().message()),
                 HasSubstr("takes values the stack does not hold"));
   }
-  absl::StatusOr<torch::jit::Module> oversize = LoadTorchScript(ModelCorpus("parameter_oversize.pt"));
+  absl::StatusOr<torch::jit::Module> oversize =
+      LoadTorchScript(ModelCorpus("parameter_oversize.pt"));
   EXPECT_EQ(oversize.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(oversize.status().message()),
               HasSubstr("tensor 'fc.weight' (Float, sizes [2, 4], strides [4, 1], offset 0) "
@@ -119,7 +122,8 @@ TEST(BadModelFileTest, HostileArchivesAreRefusedBeforeLibTorchReadsThem) {
 // These were "not a complete TorchScript archive": the compile error is a
 // torch::jit::ErrorReport, which the c10::Error handler with the hint never saw.
 TEST(BadModelFileTest, UnknownOperatorsNameTheOperatorTheLineAndWhatToLoad) {
-  absl::StatusOr<torch::jit::Module> nms = LoadTorchScript(ModelCorpus("unknown_op_torchvision.pt"));
+  absl::StatusOr<torch::jit::Module> nms =
+      LoadTorchScript(ModelCorpus("unknown_op_torchvision.pt"));
   EXPECT_EQ(nms.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(nms.status().message()),
               HasSubstr("uses an operator this process does not have: Unknown builtin op: "
@@ -143,18 +147,22 @@ TEST(BadInputsTest, ForwardFailuresNameTheCauseAndTheSourceLine) {
     std::vector<std::string> expected;
   };
   const std::vector<Case> cases = {
-      {torch::ones({2, 5}), absl::StatusCode::kInvalidArgument,
+      {torch::ones({2, 5}),
+       absl::StatusCode::kInvalidArgument,
        {"forward failed on these inputs: mat1 and mat2 shapes cannot be multiplied (2x5 and 3x2) "
         "(at /usr/lib/python3/dist-packages/torch/nn/modules/linear.py:114: return "
         "F.linear(input, self.weight, self.bias))"}},
-      {torch::ones({2, 3}, torch::kInt64), absl::StatusCode::kInvalidArgument,
+      {torch::ones({2, 3}, torch::kInt64),
+       absl::StatusCode::kInvalidArgument,
        {"mat1 and mat2 must have the same dtype"}},
-      {torch::ones({3}), absl::StatusCode::kInvalidArgument,
-       {"AssertionError: expected a 2-D input (at ", "gen_testdata.py:",
-        ": assert x.dim() == 2, \"expected a 2-D input\")"}},
-      {torch::full({2, 3}, 50.0), absl::StatusCode::kInvalidArgument,
-       {"ValueError: the input sums to more than 100 (at ", "gen_testdata.py:",
-        ": raise ValueError(\"the input sums to more than 100\"))"}},
+      {torch::ones({3}),
+       absl::StatusCode::kInvalidArgument,
+       {"AssertionError: expected a 2-D input (at ",
+        "gen_testdata.py:", ": assert x.dim() == 2, \"expected a 2-D input\")"}},
+      {torch::full({2, 3}, 50.0),
+       absl::StatusCode::kInvalidArgument,
+       {"ValueError: the input sums to more than 100 (at ",
+        "gen_testdata.py:", ": raise ValueError(\"the input sums to more than 100\"))"}},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Trace> trace = TraceModule(model, {c.input});

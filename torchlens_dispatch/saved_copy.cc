@@ -18,8 +18,8 @@ constexpr size_t kStreamingMinBytes = 256 << 10;
 // of saved values]).
 bool IsPlainDenseBlock(const at::Tensor& saved) {
   return saved.device().is_cpu() && saved.layout() == at::kStrided && !saved.is_quantized() &&
-         !saved.is_conj() && !saved.is_neg() && saved.has_storage() &&
-         saved.is_contiguous() && saved.nbytes() >= kStreamingMinBytes;
+         !saved.is_conj() && !saved.is_neg() && saved.has_storage() && saved.is_contiguous() &&
+         saved.nbytes() >= kStreamingMinBytes;
 }
 
 }  // namespace

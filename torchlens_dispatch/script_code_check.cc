@@ -39,7 +39,8 @@ absl::Status CheckClass(const torch::jit::ClassDef& class_def) {
     return absl::InvalidArgumentError(absl::StrCat(
         "class ", class_def.name().name(), where, " gives '", name,
         "' a value without a type, which LibTorch 1.13 cannot load safely (TorchScript "
-        "writes class constants as '", name, " : Final[T] = value')"));
+        "writes class constants as '",
+        name, " : Final[T] = value')"));
   }
   return absl::OkStatus();
 }
@@ -96,8 +97,8 @@ absl::Status CheckDebugInfo(absl::string_view pickle, const std::string& filenam
 
 absl::Status CheckScriptCode(absl::string_view code, const std::string& filename) {
   try {
-    torch::jit::Parser parser(std::make_shared<torch::jit::Source>(
-        std::string(code), filename, /*starting_line_no=*/1));
+    torch::jit::Parser parser(
+        std::make_shared<torch::jit::Source>(std::string(code), filename, /*starting_line_no=*/1));
     torch::jit::Lexer& lexer = parser.lexer();
     // As LibTorch's importer reads a code record: an optional version line, imports,
     // then classes and functions. Anything else is left to it to report.

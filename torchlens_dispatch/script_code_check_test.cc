@@ -53,12 +53,21 @@ TEST(CheckDebugInfoTest, SourcesLibTorchCannotPrintAreRefused) {
     using std::string_literals::operator""s;
     // ("FORMAT_WITH_STRING_TABLE", (first_piece, "", "f.py"),
     //  ((0, ((build_intlist([0, 1]), 2, 1), 0, 3), 0),))
-    std::string out = "\x80\x02X\x18\x00\x00\x00" "FORMAT_WITH_STRING_TABLE(X"s;
+    std::string out =
+        "\x80\x02X\x18\x00\x00\x00"
+        "FORMAT_WITH_STRING_TABLE(X"s;
     out.push_back(static_cast<char>(first_piece.size()));
     out += "\x00\x00\x00"s + first_piece + "X\x00\x00\x00\x00"s +
-           "X\x04\x00\x00\x00" "f.py" "t((K\x00"s +
-           "ctorch.jit._pickle\nbuild_intlist\n(](K\x00" "K\x01" "etRK\x02" "K\x01\x87"s +
-           "K\x00" "K\x03\x87K\x00" "tt\x87."s;
+           "X\x04\x00\x00\x00"
+           "f.py"
+           "t((K\x00"s +
+           "ctorch.jit._pickle\nbuild_intlist\n(](K\x00"
+           "K\x01"
+           "etRK\x02"
+           "K\x01\x87"s +
+           "K\x00"
+           "K\x03\x87K\x00"
+           "tt\x87."s;
     return out;
   };
   // As LibTorch writes it: the empty piece last, after a line end.

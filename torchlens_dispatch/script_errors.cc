@@ -69,7 +69,8 @@ std::string WithoutGenericPrefix(absl::string_view cause) {
 
 std::string FirstLine(const std::vector<absl::string_view>& lines) {
   for (absl::string_view line : lines) {
-    if (!absl::StripAsciiWhitespace(line).empty()) return std::string(absl::StripAsciiWhitespace(line));
+    if (!absl::StripAsciiWhitespace(line).empty())
+      return std::string(absl::StripAsciiWhitespace(line));
   }
   return "";
 }

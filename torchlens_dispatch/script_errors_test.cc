@@ -66,8 +66,9 @@ Traceback of TorchScript, original code (most recent call last):
 builtins.ValueError: x must be non-positive, got a positive sum
 )");
   EXPECT_EQ(error.cause, "ValueError: x must be non-positive, got a positive sum");
-  EXPECT_EQ(error.location,
-            "/tmp/probe/fwd.py:5: raise ValueError(\"x must be non-positive, got a positive sum\")");
+  EXPECT_EQ(
+      error.location,
+      "/tmp/probe/fwd.py:5: raise ValueError(\"x must be non-positive, got a positive sum\")");
 }
 
 TEST(ParseInterpreterErrorTest, SerializedCodeWhenThereIsNoOriginal) {

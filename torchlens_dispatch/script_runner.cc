@@ -53,8 +53,7 @@ bool AssignsTensor(const torch::jit::Node* node) {
   const c10::TypePtr& type = node->input(1)->type();
   if (type->kind() == c10::TypeKind::TensorType) return true;
   return type->kind() == c10::TypeKind::OptionalType &&
-         type->expectRef<c10::OptionalType>().getElementType()->kind() ==
-             c10::TypeKind::TensorType;
+         type->expectRef<c10::OptionalType>().getElementType()->kind() == c10::TypeKind::TensorType;
 }
 
 void MarkAssignments(torch::jit::Block* block) {
@@ -106,7 +105,7 @@ void CollectOpNodes(torch::jit::Block* block, std::vector<torch::jit::Node*>* ou
 // calls deep holds a chain of k entries of its own, as it does after LibTorch's Inline.
 struct CallContext {
   c10::optional<torch::jit::InlinedCallStackPtr> stack;  // none at the top
-  const SitePath* path = nullptr;                         // the root's
+  const SitePath* path = nullptr;                        // the root's
   std::string previous;  // the entry that entered the innermost module, "conv(Conv2d)::forward"
   bool unknown_instance = false;
   // The ranges from the innermost named module's code to this context's code, hashed.

@@ -164,8 +164,8 @@ ScriptSite ScriptSites::Current(c10::Symbol op) {
     if (resolved >> 32 != serial) {
       bool unresolved = false;
       const int32_t module = addresses_->Resolve(marked->path, &unresolved);
-      resolved = serial << 32 | static_cast<uint64_t>(unresolved) << 31 |
-                 static_cast<uint32_t>(module);
+      resolved =
+          serial << 32 | static_cast<uint64_t>(unresolved) << 31 | static_cast<uint32_t>(module);
       marked->resolved.store(resolved);
     }
     const int32_t module = static_cast<int32_t>(resolved & 0x7fffffff);

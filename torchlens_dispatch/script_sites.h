@@ -59,9 +59,9 @@ struct SitePath {
 
 // NOTE [Site markers]
 // Asking the interpreter where an op runs (`currentModuleHierarchy()` and
-// `currentCallstack()`) builds strings on every op, which costs more than the rest of the capture. A graph torchlens runs
-// itself (script_runner.h) is instead rewritten before its first run: each node that
-// dispatches an op is preceded by a call to the JIT-only op `torchlens::site`, whose
+// `currentCallstack()`) builds strings on every op, which costs more than the rest of the capture.
+// A graph torchlens runs itself (script_runner.h) is instead rewritten before its first run: each
+// node that dispatches an op is preceded by a call to the JIT-only op `torchlens::site`, whose
 // argument points at a `MarkedSite` computed once from the calls the node was inlined
 // through (script_runner.cc, NOTE [Inlining from the top]). The
 // marker stores the pointer in a thread-local, and the recorder takes it on the next
@@ -100,9 +100,9 @@ struct ModuleTree {
   uint32_t serial = 0;
   std::shared_ptr<const std::vector<std::string>> addresses;  // id 0 is the root ""
   const absl::flat_hash_map<std::string, int32_t>* ids;
-  const std::vector<std::string>* types;                      // by id
-  const std::vector<std::vector<int32_t>>* children;          // by id
-  LayerClasses* layer_classes;  // the layout's: NOTE [Layer classes]
+  const std::vector<std::string>* types;              // by id
+  const std::vector<std::vector<int32_t>>* children;  // by id
+  LayerClasses* layer_classes;                        // the layout's: NOTE [Layer classes]
 };
 
 // Interned module addresses: the model's own (shared) and any other address the
@@ -135,9 +135,9 @@ class ModuleAddresses {
 };
 
 struct ScriptSite {
-  bool in_script = false;  // false: no TorchScript frame is running on this thread
-  int32_t module = 0;      // innermost module instance (ModuleAddresses id)
-  uint64_t position = 0;   // hash of the source ranges from that module's code inward
+  bool in_script = false;         // false: no TorchScript frame is running on this thread
+  int32_t module = 0;             // innermost module instance (ModuleAddresses id)
+  uint64_t position = 0;          // hash of the source ranges from that module's code inward
   bool unknown_instance = false;  // see ParsedHierarchy
   // For a marked site whose module is known: its number (NOTE [Layer classes]); else -1.
   int32_t layer_class = -1;
@@ -187,8 +187,8 @@ struct ParsedHierarchy {
   // reached through a container (`self.convs[0](x)`) shows as "0", not "convs.0":
   // ModuleAddresses::Resolve finds the full address in the model.
   std::vector<std::pair<std::string, std::string>> path;
-  std::string address;    // the names of `path`, dotted
-  size_t innermost = 0;   // the index of its entry
+  std::string address;   // the names of `path`, dotted
+  size_t innermost = 0;  // the index of its entry
   // A module instance TorchScript could not name (INSTANCE_NAME_UNKNOWN: a module taken
   // from a ModuleList inside a loop) lies inside it: the op ran in some submodule of it.
   bool unknown_instance = false;

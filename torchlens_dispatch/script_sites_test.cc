@@ -1,11 +1,11 @@
 #include "torchlens_dispatch/script_sites.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
-#include <memory>
 
 namespace torchlens {
 namespace {
@@ -16,7 +16,7 @@ ParsedHierarchy Parse(const std::vector<std::string>& hierarchy) {
 
 TEST(ParseModuleHierarchy, NestedInstances) {
   const ParsedHierarchy parsed = Parse({"TOP(Net)::forward", "block1(ConvBlock)::forward",
-                               "conv(Conv2d)::forward", "SELF(Conv2d)::_conv_forward"});
+                                        "conv(Conv2d)::forward", "SELF(Conv2d)::_conv_forward"});
   EXPECT_EQ(parsed.address, "block1.conv");
   EXPECT_EQ(parsed.innermost, 2u);
 }
@@ -40,9 +40,9 @@ TEST(ParseModuleHierarchy, MethodOnSelfUnderTheInstanceName) {
 // same instance and type again is a submodule (TorchScript methods never call themselves).
 // Such chains used to collapse into the outermost module.
 TEST(ParseModuleHierarchy, NestedModulesOfTheSameNameAndType) {
-  const ParsedHierarchy parsed = Parse({"TOP(Net)::forward", "inner(Wrap)::forward",
-                                        "inner(Wrap)::forward", "inner(Wrap)::helper",
-                                        "inner(Wrap)::forward"});
+  const ParsedHierarchy parsed =
+      Parse({"TOP(Net)::forward", "inner(Wrap)::forward", "inner(Wrap)::forward",
+             "inner(Wrap)::helper", "inner(Wrap)::forward"});
   EXPECT_EQ(parsed.address, "inner.inner.inner");
   EXPECT_EQ(parsed.innermost, 4u);
 }
@@ -53,8 +53,8 @@ TEST(ParseModuleHierarchy, UnnamedInstanceFromAModuleListLoop) {
              "INSTANCE_NAME_UNKNOWN(ASPPConv)::forward", "1(BatchNorm2d)::forward"});
   EXPECT_EQ(parsed.address, "classifier.1");
   EXPECT_FALSE(parsed.unknown_instance);
-  const ParsedHierarchy unknown = Parse(
-      {"TOP(Net)::forward", "classifier(ASPP)::forward", "INSTANCE_NAME_UNKNOWN(ASPPConv)::forward"});
+  const ParsedHierarchy unknown = Parse({"TOP(Net)::forward", "classifier(ASPP)::forward",
+                                         "INSTANCE_NAME_UNKNOWN(ASPPConv)::forward"});
   EXPECT_EQ(unknown.address, "classifier");
   EXPECT_TRUE(unknown.unknown_instance);
 }
@@ -64,7 +64,8 @@ TEST(ModuleAddresses, ResolvesModulesReachedThroughContainers) {
       std::vector<std::string>{"", "convs", "convs.0", "convs.0.1", "head"});
   absl::flat_hash_map<std::string, int32_t> ids;
   for (size_t i = 0; i < addresses->size(); ++i) ids[(*addresses)[i]] = static_cast<int32_t>(i);
-  const std::vector<std::string> types = {"Net", "ModuleList", "Sequential", "BatchNorm2d", "Linear"};
+  const std::vector<std::string> types = {"Net", "ModuleList", "Sequential", "BatchNorm2d",
+                                          "Linear"};
   const std::vector<std::vector<int32_t>> children = {{1, 4}, {2}, {3}, {}, {}};
   ModuleAddresses modules(ModuleTree{1, addresses, &ids, &types, &children});
   bool unresolved = false;

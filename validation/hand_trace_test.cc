@@ -48,8 +48,7 @@ TEST(HandTraceTest, ReplayReproducesTheSavedOutputBitForBit) {
   const Ref input = b.AddInput(at::tensor({0.0f}));
   const Ref neg = b.AddOp("aten::neg", "", {input}, {at::tensor({0.0f})});
   b.AddOutput(neg);
-  EXPECT_THAT(Validate(b.Build()).failures,
-              ElementsAre(HasSubstr("equal values, different bits")));
+  EXPECT_THAT(Validate(b.Build()).failures, ElementsAre(HasSubstr("equal values, different bits")));
 }
 
 // x = zeros(2, 2); x[0].fill_(1); return x
@@ -117,8 +116,9 @@ TEST(HandTraceTest, EdgeNoPerturbationCanProveIsAFailureUnlessThePredicateDecide
                                     {input, TraceBuilder::Value(at::zeros({2}, at::kLong))},
                                     {at::zeros({2}, at::kLong)});
   computes.AddOutput(masked);
-  EXPECT_THAT(Validate(computes.Build()).failures,
-              ElementsAre("bitwise_and_1_1:1: perturbing parent input_1 does not change the output"));
+  EXPECT_THAT(
+      Validate(computes.Build()).failures,
+      ElementsAre("bitwise_and_1_1:1: perturbing parent input_1 does not change the output"));
   // x | true decides true whatever x: unproved, not failed.
   TraceBuilder decides;
   const at::Tensor flags = at::tensor({1, 0}, at::kInt).to(at::kBool);

@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
-#include "torchlens_dispatch/ops/capture_key.h"
-#include "torchlens_dispatch/ops/bit_identical.h"
 #include "validation/replay.h"
 
 namespace torchlens {
@@ -72,8 +72,8 @@ class Intervention {
       }
       const at::Tensor& current = OutputValue(op, edit.output);
       if (!current.defined()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "edit of ", op.label, ": the node has no saved tensor value to replace"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("edit of ", op.label, ": the node has no saved tensor value to replace"));
       }
       if (edit.value.sizes() != current.sizes() ||
           edit.value.scalar_type() != current.scalar_type()) {
@@ -83,9 +83,8 @@ class Intervention {
       }
       const int index = trace.IndexOf(&op);
       if (!seen.emplace(std::make_pair(index, edit.output), true).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("two edits of ", op.label, " output ", edit.output,
-                         "; give one value per output"));
+        return absl::InvalidArgumentError(absl::StrCat("two edits of ", op.label, " output ",
+                                                       edit.output, "; give one value per output"));
       }
       edited_.push_back({index, edit.output, edit.value.detach().clone()});
     }
@@ -108,9 +107,9 @@ class Intervention {
       Op& op = ops[i];
       if (op.is_input() || op.is_constant()) continue;
       changed_[i] = true;
-      absl::Status status = op.is_output()   ? Output(op)
-                            : op.is_buffer   ? BufferVersion(i, op)
-                                             : Compute(i, op);
+      absl::Status status = op.is_output() ? Output(op)
+                            : op.is_buffer ? BufferVersion(i, op)
+                                           : Compute(i, op);
       if (!status.ok()) return status;
     }
     parts_.children_linked = true;
@@ -132,9 +131,7 @@ class Intervention {
     return false;
   }
 
-  int IndexOf(absl::string_view label) const {
-    return trace_.IndexOfLabel(label);
-  }
+  int IndexOf(absl::string_view label) const { return trace_.IndexOfLabel(label); }
 
   // The fork's value of a source (the captured one when it is outside the cone).
   at::Tensor ForkValue(const ArgSource& source, const at::Tensor& captured) const {
@@ -202,8 +199,8 @@ class Intervention {
 
   absl::Status Compute(size_t i, Op& op) {
     const Op& captured = original_[i];
-    std::vector<c10::IValue> args = ReplayArguments(
-        op, [&](int, const ArgSource& source, const at::Tensor& saved) {
+    std::vector<c10::IValue> args =
+        ReplayArguments(op, [&](int, const ArgSource& source, const at::Tensor& saved) {
           return ForkValue(source, saved);
         });
     op.creation_args = args;  // the fork's op ran on these: a fork of the fork replays them
@@ -224,12 +221,12 @@ class Intervention {
     if (HasNonTensorReturn(*replay)) {
       const absl::StatusOr<ReplayResult>& before = captured_replay();
       if (!before.ok() || !SameNonTensorReturns(*replay, *before)) {
-        absl::Status status = Gap(
-            DiagnosticKind::kNonTensorGap, op.label,
-            absl::StrCat(op.label, " (", op.func_name,
-                         ") now returns another non-tensor value; the code that read it (a "
-                         "condition, or a scalar argument of a later op) is not in the graph, "
-                         "so the ops after it keep their captured values"));
+        absl::Status status =
+            Gap(DiagnosticKind::kNonTensorGap, op.label,
+                absl::StrCat(op.label, " (", op.func_name,
+                             ") now returns another non-tensor value; the code that read it (a "
+                             "condition, or a scalar argument of a later op) is not in the graph, "
+                             "so the ops after it keep their captured values"));
         if (!status.ok()) return status;
       }
     }
@@ -247,8 +244,7 @@ class Intervention {
         certified = redone.ok() && BitIdentical(*redone, captured_write.value);
       }
       absl::StatusOr<at::Tensor> after =
-          certified ? ReplayAliasWrite(op, write, args,
-                                       ForkValue(write.before, *captured_before))
+          certified ? ReplayAliasWrite(op, write, args, ForkValue(write.before, *captured_before))
                     : absl::StatusOr<at::Tensor>(absl::FailedPreconditionError("not certified"));
       if (after.ok()) {
         write.value = *after;
@@ -256,11 +252,12 @@ class Intervention {
         continue;
       }
       if (!WritesBuffer(op, output)) {
-        absl::Status status = Gap(
-            DiagnosticKind::kAliasWriteGap, op.label,
-            absl::StrCat("the tensor ", op.label, " changed through a view (from ",
-                         write.before.name, ") keeps its captured value: replay cannot redo "
-                         "the write; the edit does not propagate through it"));
+        absl::Status status =
+            Gap(DiagnosticKind::kAliasWriteGap, op.label,
+                absl::StrCat("the tensor ", op.label, " changed through a view (from ",
+                             write.before.name,
+                             ") keeps its captured value: replay cannot redo "
+                             "the write; the edit does not propagate through it"));
         if (!status.ok()) return status;
       }
     }
@@ -326,8 +323,8 @@ class Intervention {
   DoOptions options_;
   std::vector<bool> changed_;  // edited or re-executed
   std::vector<EditedValue> edited_;
-  absl::flat_hash_map<size_t, at::Tensor> fused_after_;   // version -> recomputed state
-  absl::flat_hash_map<size_t, std::string> fused_gaps_;   // version -> why not
+  absl::flat_hash_map<size_t, at::Tensor> fused_after_;       // version -> recomputed state
+  absl::flat_hash_map<size_t, std::string> fused_gaps_;       // version -> why not
   absl::flat_hash_set<std::pair<int, int>> alias_certified_;  // (op, output) recomputed
   DoResult result_;
 };

@@ -64,7 +64,8 @@ struct DoOptions {
 
 enum class DiagnosticKind {
   kBufferThreadGap,  // a buffer version in the cone kept its captured value
-  kNonTensorGap,     // a re-executed op's non-tensor result changed (NOTE [Values that leave the graph])
+  kNonTensorGap,     // a re-executed op's non-tensor result changed (NOTE [Values that leave the
+                     // graph])
   kAliasWriteGap,    // a tensor changed through a view kept its captured value
 };
 

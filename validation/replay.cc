@@ -16,10 +16,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "torchlens_dispatch/ops/fused_mutators.h"
-#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
+#include "torchlens_dispatch/ops/fused_mutators.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
 
 namespace torchlens {
@@ -127,11 +127,12 @@ std::vector<int> FirstTensorOfArguments(const Op& op) {
   return first;
 }
 
-FusedStateVersions FindFusedStateVersions(
-    const Op& op, int argument, const std::function<const Op*(absl::string_view)>& node) {
+FusedStateVersions FindFusedStateVersions(const Op& op, int argument,
+                                          const std::function<const Op*(absl::string_view)>& node) {
   FusedStateVersions versions;
   const std::vector<int> first = FirstTensorOfArguments(op);
-  const int tensor_index = argument >= 0 && argument < static_cast<int>(first.size()) ? first[argument] : -1;
+  const int tensor_index =
+      argument >= 0 && argument < static_cast<int>(first.size()) ? first[argument] : -1;
   if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) return versions;
   const Op* previous = node(op.arg_sources[tensor_index].name);
   if (previous == nullptr || !previous->is_buffer) return versions;
@@ -263,16 +264,16 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
   at::Tensor aliased_place;
   try {
     region = at::zeros({end - first}, before.options());
-    written_place =
-        region.as_strided(write.written.sizes, write.written.strides, write.written.storage_offset - first);
-    aliased_place =
-        region.as_strided(write.aliased.sizes, write.aliased.strides, write.aliased.storage_offset - first);
+    written_place = region.as_strided(write.written.sizes, write.written.strides,
+                                      write.written.storage_offset - first);
+    aliased_place = region.as_strided(write.aliased.sizes, write.aliased.strides,
+                                      write.aliased.storage_offset - first);
     written_place.copy_(written);
     aliased_place.copy_(before);
   } catch (const std::exception& e) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "not replayable: cannot lay out the write of ", op.label, " through an alias: ",
-        FirstLine(e)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("not replayable: cannot lay out the write of ", op.label,
+                     " through an alias: ", FirstLine(e)));
   }
   int index = 0;
   for (c10::IValue& arg : args) {

@@ -3,10 +3,10 @@
 // NOTE [Replay never writes captured data]
 // A trace's saved tensors are capture truth, and forks share them with the original.
 // Replay therefore clones every tensor argument the op writes (arguments whose schema has
-// a write annotation, and the state arguments of fused mutators, torchlens_dispatch/ops/fused_mutators.h)
-// before the call; all other arguments are passed as they are, since an op that does not
-// declare a write does not write. The call runs with the capture key excluded, so a replay
-// made while a capture is active on the thread is not recorded.
+// a write annotation, and the state arguments of fused mutators,
+// torchlens_dispatch/ops/fused_mutators.h) before the call; all other arguments are passed as they
+// are, since an op that does not declare a write does not write. The call runs with the capture key
+// excluded, so a replay made while a capture is active on the thread is not recorded.
 //
 // Ops that consume randomness run under the generator state saved at capture time
 // (`Op::rng_state`); the thread's generator state is restored afterwards.
@@ -88,8 +88,8 @@ struct FusedStateVersions {
   const Op* previous = nullptr;
   const Op* written = nullptr;
 };
-FusedStateVersions FindFusedStateVersions(
-    const Op& op, int argument, const std::function<const Op*(absl::string_view)>& node);
+FusedStateVersions FindFusedStateVersions(const Op& op, int argument,
+                                          const std::function<const Op*(absl::string_view)>& node);
 
 // The tensor at `index` (ForEachTensor order) of `args`, or an undefined tensor.
 at::Tensor TensorArgument(const std::vector<c10::IValue>& args, int index);

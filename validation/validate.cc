@@ -22,12 +22,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "graph/dead_nodes.h"
-#include "torchlens_dispatch/ops/fused_mutators.h"
-#include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/exemptions.h"
-#include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/fused_mutators.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/replay.h"
 
 namespace torchlens {
@@ -212,8 +212,8 @@ class Validator {
 
   // Takes in what `other` found (NOTE [Validating on several threads]).
   void Merge(Validator&& other) {
-    for (Lines Validator::*lines : {&Validator::failures_, &Validator::unproved_,
-                                    &Validator::state_transition_only_}) {
+    for (Lines Validator::*lines :
+         {&Validator::failures_, &Validator::unproved_, &Validator::state_transition_only_}) {
       (this->*lines).insert((this->*lines).end(), (other.*lines).begin(), (other.*lines).end());
     }
     fused_checked_.insert(other.fused_checked_.begin(), other.fused_checked_.end());
@@ -276,7 +276,8 @@ class Validator {
   }
 
   static std::vector<c10::IValue> PlainArguments(const Op& op) {
-    return ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
+    return ReplayArguments(op,
+                           [](int, const ArgSource&, const at::Tensor& value) { return value; });
   }
 
   // The value of `source` in this trace, or nullopt naming why there is none.
@@ -305,8 +306,8 @@ class Validator {
     }
     if (expected_parents != op.parents) {
       Fail(op, absl::StrCat("wrong parents: the graph names [", absl::StrJoin(op.parents, ", "),
-                            "] but the arguments came from [", absl::StrJoin(expected_parents, ", "),
-                            "]"));
+                            "] but the arguments came from [",
+                            absl::StrJoin(expected_parents, ", "), "]"));
     }
     const std::vector<at::Tensor> saved = SavedArguments(op);
     for (size_t i = 0; i < op.arg_sources.size() && i < saved.size(); ++i) {
@@ -322,10 +323,10 @@ class Validator {
         continue;
       }
       if (std::optional<std::string> diff = Difference(saved[i], *parent_value)) {
-        Fail(op, absl::StrCat("wrong parent: argument ", i, " is not the saved ",
-                              source.output_index < 0 ? "value after the alias write of "
-                                                      : "output of ",
-                              source.name, " (", *diff, ")"));
+        Fail(op, absl::StrCat(
+                     "wrong parent: argument ", i, " is not the saved ",
+                     source.output_index < 0 ? "value after the alias write of " : "output of ",
+                     source.name, " (", *diff, ")"));
       }
     }
 
@@ -413,9 +414,8 @@ class Validator {
       fused_checked_.insert(versions.written);
       if (std::optional<std::string> diff = Difference(after, versions.written->out)) {
         Fail(*versions.written,
-             absl::StrCat("fused write of ", versions.written->address,
-                          " differs from re-running ", op.label, " from ",
-                          versions.previous->label, " (", *diff, ")"));
+             absl::StrCat("fused write of ", versions.written->address, " differs from re-running ",
+                          op.label, " from ", versions.previous->label, " (", *diff, ")"));
       }
     }
   }
@@ -446,8 +446,9 @@ class Validator {
       std::vector<int> indexes;
       for (int i = 0; i < static_cast<int>(op.arg_sources.size()); ++i) {
         const ArgSource& source = op.arg_sources[i];
-        if (source.kind == ArgSource::Kind::kNode && source.name == parent && !ShapeOnly(op.func_name, i) &&
-            !UncheckedIndex(op.func_name, i) && !state_tensors.contains(i)) {
+        if (source.kind == ArgSource::Kind::kNode && source.name == parent &&
+            !ShapeOnly(op.func_name, i) && !UncheckedIndex(op.func_name, i) &&
+            !state_tensors.contains(i)) {
           indexes.push_back(i);
         }
       }
@@ -475,8 +476,7 @@ class Validator {
         std::vector<c10::IValue> args;
         bool exhausted = false;
         args = ReplayArguments(op, [&](int index, const ArgSource&, const at::Tensor& value) {
-          if (exhausted ||
-              std::find(indexes.begin(), indexes.end(), index) == indexes.end()) {
+          if (exhausted || std::find(indexes.begin(), indexes.end(), index) == indexes.end()) {
             return value;
           }
           if (!seeded_) {
@@ -499,16 +499,21 @@ class Validator {
       }
       if (reacted) {
         ++perturbations_checked_;
-      } else if (DataDependentlyExempt(op.func_name, op.creation_args, saved, indexes, unperturbed.outputs)) {
+      } else if (DataDependentlyExempt(op.func_name, op.creation_args, saved, indexes,
+                                       unperturbed.outputs)) {
         // See NOTE [Data-dependent exemptions].
-      } else if (const bool finite = std::all_of(indexes.begin(), indexes.end(), [&](int i) {
-                   return i >= static_cast<int>(saved.size()) || AllFinite(saved[i]);
-                 });
+      } else if (const bool finite = std::all_of(indexes.begin(), indexes.end(),
+                                                 [&](int i) {
+                                                   return i >= static_cast<int>(saved.size()) ||
+                                                          AllFinite(saved[i]);
+                                                 });
                  Predicate(op.func_name) || !finite) {
         // See NOTE [Perturbations that can prove].
-        Note(&unproved_, op, absl::StrCat(
-            op.label, " <- ", parent, ": no perturbation tried changes the output (",
-            !finite ? "the parent holds NaN or infinite values" : "the op is a predicate", ")"));
+        Note(&unproved_, op,
+             absl::StrCat(
+                 op.label, " <- ", parent, ": no perturbation tried changes the output (",
+                 !finite ? "the parent holds NaN or infinite values" : "the op is a predicate",
+                 ")"));
       } else {
         Fail(op, absl::StrCat("perturbing parent ", parent, " does not change the output"));
       }
@@ -578,8 +583,8 @@ class Validator {
     if (output < 0) {
       const size_t k = static_cast<size_t>(-(output + 1));
       if (k >= producer->alias_writes.size()) {
-        Fail(version, absl::StrCat("names alias write ", k, " of ", producer->label,
-                                   ", which has ", producer->alias_writes.size()));
+        Fail(version, absl::StrCat("names alias write ", k, " of ", producer->label, ", which has ",
+                                   producer->alias_writes.size()));
         return;
       }
       if (producer->alias_writes[k].written_tensor < 0) return;  // listed by CheckAliasWrites
@@ -616,8 +621,8 @@ absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace,
                                                      const ValidationOptions& options) {
   if (absl::Status saved = RequireSavedValues(trace, "validate it"); !saved.ok()) return saved;
   if (options.threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ValidationOptions::threads is ", options.threads, "; give 1 or more"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ValidationOptions::threads is ", options.threads, "; give 1 or more"));
   }
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
   // See NOTE [Validating on several threads].

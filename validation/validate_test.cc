@@ -76,11 +76,14 @@ TEST(ValidateTest, SliceWritesAreRedoneFromThePreviousVersion) {
   EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
   EXPECT_THAT(report->state_transition_only, IsEmpty());
   // The write's record of the whole buffer after it, tampered: the redone write differs.
-  trace = Changed(trace, "copy__1_2:1",
-                  [](Op& copy) { copy.alias_writes.at(0).value = copy.alias_writes.at(0).value + 1; });
+  trace = Changed(trace, "copy__1_2:1", [](Op& copy) {
+    copy.alias_writes.at(0).value = copy.alias_writes.at(0).value + 1;
+  });
   report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_THAT(report->failures, Contains(StartsWith("buffer_1:2: the value written through an alias by copy__1_2:1")));
+  EXPECT_THAT(
+      report->failures,
+      Contains(StartsWith("buffer_1:2: the value written through an alias by copy__1_2:1")));
 }
 
 TEST(ValidateTest, BatchNormFiveTimesInALoopValidatesEveryFusedTransition) {
@@ -216,7 +219,9 @@ TEST(ValidateTest, OpThatIgnoresAParentFailsThePerturbationCheck) {
   // x & 0: x is a parent of bitwise_and, but no value of x changes the result, and the op
   // computes rather than decides (NOTE [Perturbations that can prove]).
   struct IgnoreImpl : torch::nn::Module {
-    torch::Tensor forward(torch::Tensor x) { return torch::bitwise_and(x, torch::zeros({3}, torch::kLong)); }
+    torch::Tensor forward(torch::Tensor x) {
+      return torch::bitwise_and(x, torch::zeros({3}, torch::kLong));
+    }
   };
   auto net = std::make_shared<IgnoreImpl>();
   const torch::Tensor x = torch::tensor({5, -3, 7});
@@ -262,14 +267,12 @@ TEST(ValidateTest, IndexIntoAUniformSourceIsExempt) {
   // Every permutation of 0..3 selects the same values from a constant source.
   torch::nn::Module net;
   const torch::Tensor x = torch::tensor({0.3, -1.0, 2.0, 0.5});
-  const ValidationReport report = CaptureAndValidate(net, [&] {
-    return torch::full({6}, 0.5).index({x.argsort()}) + x;
-  });
+  const ValidationReport report =
+      CaptureAndValidate(net, [&] { return torch::full({6}, 0.5).index({x.argsort()}) + x; });
   EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
   // The same index into a source whose values differ must react.
-  const ValidationReport varied = CaptureAndValidate(net, [&] {
-    return torch::arange(6, torch::kFloat).index({x.argsort()}) + x;
-  });
+  const ValidationReport varied = CaptureAndValidate(
+      net, [&] { return torch::arange(6, torch::kFloat).index({x.argsort()}) + x; });
   EXPECT_TRUE(varied.passed) << absl::StrJoin(varied.failures, "\n");
   EXPECT_GT(varied.perturbations_checked, report.perturbations_checked);
 }
@@ -285,9 +288,8 @@ TEST(ValidateTest, ClampToOneValueIsExempt) {
 TEST(ValidateTest, IndexPutCoveringItsDestinationIsExemptAndPartialIsNot) {
   torch::nn::Module net;
   const torch::Tensor x = torch::tensor({0.3, -1.0, 2.0, 0.5});
-  const ValidationReport covered = CaptureAndValidate(net, [&] {
-    return (x * 2).index_put_({x.argsort()}, x.exp());
-  });
+  const ValidationReport covered =
+      CaptureAndValidate(net, [&] { return (x * 2).index_put_({x.argsort()}, x.exp()); });
   EXPECT_TRUE(covered.passed) << absl::StrJoin(covered.failures, "\n");
   // Indices 0..2 leave element 3 of the destination: perturbing it changes the output.
   const ValidationReport partial = CaptureAndValidate(net, [&] {
@@ -330,14 +332,12 @@ TEST(ValidateTest, GuardThatDidNotFireIsExemptButAGuardThatSelectsIsChecked) {
   // where(|x| > 100, x, 0): no element passes the guard, so x's values do not matter.
   torch::nn::Module net;
   const torch::Tensor x = torch::randn({5});
-  const ValidationReport quiet = CaptureAndValidate(net, [&] {
-    return torch::where(x.abs() > 100, x, torch::zeros_like(x));
-  });
+  const ValidationReport quiet =
+      CaptureAndValidate(net, [&] { return torch::where(x.abs() > 100, x, torch::zeros_like(x)); });
   EXPECT_TRUE(quiet.passed) << absl::StrJoin(quiet.failures, "\n");
   // A guard every element passes: x decides the output, and perturbation proves it.
-  const ValidationReport selects = CaptureAndValidate(net, [&] {
-    return torch::where(x.abs() > -1, x, torch::zeros_like(x));
-  });
+  const ValidationReport selects =
+      CaptureAndValidate(net, [&] { return torch::where(x.abs() > -1, x, torch::zeros_like(x)); });
   EXPECT_TRUE(selects.passed) << absl::StrJoin(selects.failures, "\n");
   EXPECT_GE(selects.perturbations_checked, 3);
 }
@@ -349,8 +349,8 @@ TEST(ValidateTest, SeveralThreadsGiveTheSameReport) {
   for (const std::string name : {"demo", "dropout_train", "bn_loop_train", "view_write_partial",
                                  "dead_branch", "threshold_guard"}) {
     SCOPED_TRACE(name);
-    for (const Trace& trace :
-         {Capture(name), Changed(Capture(name), "output_1", [](Op& out) { out.out = out.out + 1; })}) {
+    for (const Trace& trace : {Capture(name), Changed(Capture(name), "output_1",
+                                                      [](Op& out) { out.out = out.out + 1; })}) {
       absl::StatusOr<ValidationReport> one = ValidateForwardPass(trace);
       absl::StatusOr<ValidationReport> three = ValidateForwardPass(trace, ValidationOptions{3});
       ASSERT_TRUE(one.ok()) << one.status();

@@ -19,24 +19,24 @@
 namespace torchlens {
 namespace {
 
-using ::torchlens::testing_util::Capture;
-using ::torchlens::testing_util::Changed;
-using ::torchlens::testing_util::Get;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
+using ::torchlens::testing_util::Capture;
+using ::torchlens::testing_util::Changed;
+using ::torchlens::testing_util::Get;
 
 // The models of both issues, in gen_testdata.py's order.
 const std::vector<std::string>& IssueModels() {
   static const auto* names = new std::vector<std::string>{
-      "data_copy",        "shared_storage",     "transposed_write",   "double_reassign",
-      "plain_attribute",  "return_param",       "set_storage",        "bn_momentum0_train",
-      "bn_cumulative_train", "nan_buffer",      "dead_branch",        "view_write",
-      "view_write_partial", "view_before_write", "input_view_write",  "view_of_view_write",
-      "masked_nan",       "topk_any",           "log_nan",            "positive_count",
-      "threshold_guard",  "chunk_heads",        "positive_select"};
+      "data_copy",           "shared_storage",    "transposed_write", "double_reassign",
+      "plain_attribute",     "return_param",      "set_storage",      "bn_momentum0_train",
+      "bn_cumulative_train", "nan_buffer",        "dead_branch",      "view_write",
+      "view_write_partial",  "view_before_write", "input_view_write", "view_of_view_write",
+      "masked_nan",          "topk_any",          "log_nan",          "positive_count",
+      "threshold_guard",     "chunk_heads",       "positive_select"};
   return *names;
 }
 
@@ -92,8 +92,7 @@ TEST(VerdictsTest, TamperedVersionsAliasWritesAndDeadNodesFail) {
     }
     for (const std::string& label : targets) {
       SCOPED_TRACE(name + " " + label);
-      const bool dead =
-          std::find(clean.dead.begin(), clean.dead.end(), label) != clean.dead.end();
+      const bool dead = std::find(clean.dead.begin(), clean.dead.end(), label) != clean.dead.end();
       const Trace trace = Changed(captured, label, [&](Op& op) {
         if (!op.alias_writes.empty() && !op.is_buffer && op.out.defined() && !dead) {
           op.alias_writes[0].value = Tampered(op.alias_writes[0].value);
@@ -227,8 +226,8 @@ TEST(VerdictsTest, WritesThroughViewsFollowTheData) {
   EXPECT_THAT(Get(trace, "mul_1_4:1").parents, ElementsAre("fill__1_3:1"));
   EXPECT_EQ(Get(trace, "mul_1_4:1").arg_sources[0].output_index, -1);
   EXPECT_THAT(Get(trace, "fill__1_3:1").parents, ElementsAre("unsqueeze_1_2:1", "linear_1_1:1"));
-  EXPECT_TRUE(at::equal(Get(trace, "fill__1_3:1").alias_writes.at(0).value,
-                        at::full({2, 3}, 0.5f)));
+  EXPECT_TRUE(
+      at::equal(Get(trace, "fill__1_3:1").alias_writes.at(0).value, at::full({2, 3}, 0.5f)));
   // linear's saved value is what it computed, before the write.
   EXPECT_FALSE(at::equal(Get(trace, "linear_1_1:1").out, at::full({2, 3}, 0.5f)));
 
@@ -287,12 +286,13 @@ TEST(VerdictsTest, BufferWritesOfEveryForm) {
   const Trace shared = Capture("shared_storage");
   EXPECT_EQ(shared.buffers().at("b").num_overwrites, 1);
   EXPECT_EQ(shared.buffers().at("c").num_overwrites, 1);
-  EXPECT_TRUE(at::equal(shared.buffers().at("b").final_value, at::tensor({10.0f, 21.0f, 2.0f, 3.0f})));
+  EXPECT_TRUE(
+      at::equal(shared.buffers().at("b").final_value, at::tensor({10.0f, 21.0f, 2.0f, 3.0f})));
 }
 
 TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
-  for (const char* name : {"masked_nan", "topk_any", "log_nan", "positive_count",
-                          "threshold_guard"}) {
+  for (const char* name :
+       {"masked_nan", "topk_any", "log_nan", "positive_count", "threshold_guard"}) {
     SCOPED_TRACE(name);
     const ValidationReport report = Validate(Capture(name));
     EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");

@@ -19,9 +19,9 @@
 namespace torchlens {
 namespace {
 
-using ::torchlens::testing_util::Get;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::torchlens::testing_util::Get;
 
 Trace CaptureNn(torch::nn::Module& net, const std::function<torch::Tensor()>& forward) {
   CaptureGuard guard(net);
@@ -61,9 +61,9 @@ TEST(ViewsTest, PartialWritesThroughSeveralViewsAndAViewOfAView) {
   torch::nn::Module net;
   const torch::Tensor x = torch::arange(6.0).reshape({2, 3});
   const Trace trace = CaptureNn(net, [&] {
-    torch::Tensor h = x * 1.0;          // [[0,1,2],[3,4,5]]
-    h.select(0, 0).add_(10.0);          // [[10,11,12],[3,4,5]]
-    h.select(1, 2).mul_(2.0);           // [[10,11,24],[3,4,10]]
+    torch::Tensor h = x * 1.0;                              // [[0,1,2],[3,4,5]]
+    h.select(0, 0).add_(10.0);                              // [[10,11,12],[3,4,5]]
+    h.select(1, 2).mul_(2.0);                               // [[10,11,24],[3,4,10]]
     h.view({3, 2}).narrow(0, 2, 1).select(1, 0).sub_(1.0);  // element [1][1]: 4 -> 3
     return h + 0.0;
   });

@@ -7,10 +7,9 @@
 //
 // Writes a markdown table (model, ops, buffers, verdict, capture cost) to
 // $TEST_UNDECLARED_OUTPUTS_DIR/zoo.md and to the log.
+#include <dlfcn.h>
 #include <torch/script.h>
 #include <torch/torch.h>
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,11 +27,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "torchlens_dispatch/ops/bit_identical.h"
-#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "gtest/gtest.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/script_runner.h"
 #include "validation/validate.h"
 

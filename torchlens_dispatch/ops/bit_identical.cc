@@ -19,9 +19,8 @@ bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
 bool BitIdentical(const at::Tensor& a, const at::Tensor& b) {
   if (!a.defined() || !b.defined()) return a.defined() == b.defined();
   if (a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl()) return true;
-  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type() ||
-      a.layout() != b.layout() || a.device() != b.device() ||
-      a.is_quantized() != b.is_quantized()) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type() || a.layout() != b.layout() ||
+      a.device() != b.device() || a.is_quantized() != b.is_quantized()) {
     return false;
   }
   try {

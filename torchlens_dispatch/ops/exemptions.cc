@@ -17,17 +17,34 @@ struct OpArgument {
 // Arguments whose values cannot change an op's output: tensors it reads only for their
 // shape, dtype or device, and destinations it overwrites entirely.
 constexpr OpArgument kShapeOnlyArguments[] = {
-    {"aten::zeros_like", -1},   {"aten::ones_like", -1}, {"aten::empty_like", -1},
-    {"aten::full_like", -1},    {"aten::rand_like", -1}, {"aten::randn_like", -1},
-    {"aten::randint_like", -1}, {"aten::new_zeros", -1}, {"aten::new_ones", -1},
-    {"aten::new_empty", -1},    {"aten::new_full", -1},  {"aten::expand_as", 1},
-    {"aten::view_as", 1},       {"aten::reshape_as", 1}, {"aten::type_as", 1},
+    {"aten::zeros_like", -1},
+    {"aten::ones_like", -1},
+    {"aten::empty_like", -1},
+    {"aten::full_like", -1},
+    {"aten::rand_like", -1},
+    {"aten::randn_like", -1},
+    {"aten::randint_like", -1},
+    {"aten::new_zeros", -1},
+    {"aten::new_ones", -1},
+    {"aten::new_empty", -1},
+    {"aten::new_full", -1},
+    {"aten::expand_as", 1},
+    {"aten::view_as", 1},
+    {"aten::reshape_as", 1},
+    {"aten::type_as", 1},
     {"aten::to", 1},  // to.other: the second tensor gives only dtype and device
-    {"aten::copy_", 0},         {"aten::fill_", 0},      {"aten::zero_", 0},
+    {"aten::copy_", 0},
+    {"aten::fill_", 0},
+    {"aten::zero_", 0},
     {"aten::set_", 0},
-    {"aten::normal_", 0},       {"aten::uniform_", 0},   {"aten::random_", 0},
-    {"aten::exponential_", 0},  {"aten::cauchy_", 0},    {"aten::log_normal_", 0},
-    {"aten::geometric_", 0},    {"aten::bernoulli_", 0},
+    {"aten::normal_", 0},
+    {"aten::uniform_", 0},
+    {"aten::random_", 0},
+    {"aten::exponential_", 0},
+    {"aten::cauchy_", 0},
+    {"aten::log_normal_", 0},
+    {"aten::geometric_", 0},
+    {"aten::bernoulli_", 0},
 };
 
 // Arguments a kernel reads as indices without bounds checks: a perturbed value would make
@@ -49,9 +66,18 @@ constexpr absl::string_view kUninitializedOutputs[] = {
 
 // Ops whose result depends only on their arguments' metadata (shape, dtype, layout).
 constexpr absl::string_view kMetadataOps[] = {
-    "aten::is_floating_point", "aten::is_complex", "aten::size",        "aten::dim",
-    "aten::numel",             "aten::stride",     "aten::sym_size",    "aten::sym_numel",
-    "aten::sym_stride",        "aten::is_contiguous", "aten::element_size", "aten::is_same_size",
+    "aten::is_floating_point",
+    "aten::is_complex",
+    "aten::size",
+    "aten::dim",
+    "aten::numel",
+    "aten::stride",
+    "aten::sym_size",
+    "aten::sym_numel",
+    "aten::sym_stride",
+    "aten::is_contiguous",
+    "aten::element_size",
+    "aten::is_same_size",
     "aten::_shape_as_tensor",
 };
 
@@ -63,12 +89,11 @@ struct Product {
   int factors[2];
 };
 constexpr Product kProducts[] = {
-    {"aten::mul", {0, 1}},    {"aten::mul_", {0, 1}}, {"aten::linear", {0, 1}},
-    {"aten::matmul", {0, 1}}, {"aten::mm", {0, 1}},   {"aten::bmm", {0, 1}},
+    {"aten::mul", {0, 1}},    {"aten::mul_", {0, 1}},   {"aten::linear", {0, 1}},
+    {"aten::matmul", {0, 1}}, {"aten::mm", {0, 1}},     {"aten::bmm", {0, 1}},
     {"aten::addmm", {1, 2}},  {"aten::conv1d", {0, 1}}, {"aten::conv2d", {0, 1}},
     {"aten::conv3d", {0, 1}},
 };
-
 
 // The source or destination argument of indexing ops (NOTE [Data-dependent exemptions]):
 // (Operator, tensor position of the source or destination.)
@@ -77,8 +102,8 @@ struct IndexingOp {
   int source;
 };
 constexpr IndexingOp kIndexingOps[] = {
-    {"aten::index", 0}, {"aten::index_select", 0}, {"aten::gather", 0}, {"aten::take", 0},
-    {"aten::take_along_dim", 0},
+    {"aten::index", 0}, {"aten::index_select", 0},   {"aten::gather", 0},
+    {"aten::take", 0},  {"aten::take_along_dim", 0},
 };
 
 bool Uniform(const at::Tensor& t) {
@@ -89,12 +114,12 @@ bool Uniform(const at::Tensor& t) {
 // Ops that decide rather than compute: their output may legitimately not react to any
 // perturbation tried (NOTE [Perturbations that can prove] in validation/validate.cc).
 constexpr absl::string_view kPredicates[] = {
-    "aten::eq",         "aten::ne",          "aten::lt",         "aten::le",
-    "aten::gt",         "aten::ge",          "aten::isnan",      "aten::isinf",
-    "aten::isfinite",   "aten::isposinf",    "aten::isneginf",   "aten::any",
-    "aten::all",        "aten::logical_and", "aten::logical_or", "aten::logical_xor",
-    "aten::logical_not", "aten::sign",       "aten::signbit",    "aten::is_nonzero",
-    "aten::equal",      "aten::allclose",    "aten::isclose",    "aten::argmax",
+    "aten::eq",          "aten::ne",          "aten::lt",         "aten::le",
+    "aten::gt",          "aten::ge",          "aten::isnan",      "aten::isinf",
+    "aten::isfinite",    "aten::isposinf",    "aten::isneginf",   "aten::any",
+    "aten::all",         "aten::logical_and", "aten::logical_or", "aten::logical_xor",
+    "aten::logical_not", "aten::sign",        "aten::signbit",    "aten::is_nonzero",
+    "aten::equal",       "aten::allclose",    "aten::isclose",    "aten::argmax",
     "aten::argmin",
 };
 
@@ -119,8 +144,7 @@ bool ShapeOnly(absl::string_view op, int tensor_index) {
     if (name == op) return true;
   }
   for (const OpArgument& entry : kShapeOnlyArguments) {
-    if (entry.op == op &&
-        (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
+    if (entry.op == op && (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
       return true;
     }
   }
@@ -163,8 +187,8 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
     return indexes_only && indexing.source < static_cast<int>(saved.size()) &&
            Uniform(saved[indexing.source]);
   }
-  if (op == "torchvision::nms" && saved.size() >= 2 && saved[1].defined() &&
-      outputs.size() == 1 && outputs[0].defined()) {
+  if (op == "torchvision::nms" && saved.size() >= 2 && saved[1].defined() && outputs.size() == 1 &&
+      outputs[0].defined()) {
     const int64_t boxes = saved[1].numel();
     return boxes <= 1 || (only(0) && outputs[0].numel() == boxes);
   }
@@ -172,32 +196,31 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
   // condition never selects (a guard that did not fire) cannot change the output.
   if (op == "aten::where" && saved.size() == 3 && saved[0].defined() &&
       saved[0].scalar_type() == at::kBool) {
-    const bool reads_self = std::find(parent_indexes.begin(), parent_indexes.end(), 1) !=
-                            parent_indexes.end();
-    const bool reads_other = std::find(parent_indexes.begin(), parent_indexes.end(), 2) !=
-                             parent_indexes.end();
-    const bool reads_condition = std::find(parent_indexes.begin(), parent_indexes.end(), 0) !=
-                                 parent_indexes.end();
+    const bool reads_self =
+        std::find(parent_indexes.begin(), parent_indexes.end(), 1) != parent_indexes.end();
+    const bool reads_other =
+        std::find(parent_indexes.begin(), parent_indexes.end(), 2) != parent_indexes.end();
+    const bool reads_condition =
+        std::find(parent_indexes.begin(), parent_indexes.end(), 0) != parent_indexes.end();
     if (reads_condition || reads_self == reads_other) return false;
     return reads_self ? !saved[0].any().item<bool>() : saved[0].all().item<bool>();
   }
   if (op == "aten::masked_fill" && only(0) && saved.size() >= 2 && saved[1].defined()) {
     return saved[1].all().item<bool>();
   }
-  if (op == "aten::clamp" && only(0) && args.size() >= 3 &&
-      args[1].isScalar() && args[2].isScalar()) {
+  if (op == "aten::clamp" && only(0) && args.size() >= 3 && args[1].isScalar() &&
+      args[2].isScalar()) {
     return args[1].toScalar().toDouble() == args[2].toScalar().toDouble();
   }
-  if ((op == "aten::index_put_" || op == "aten::index_put") && only(0) &&
-      args.size() >= 4 && args[3].isBool() &&
-      !args[3].toBool() && !saved.empty() && saved[0].defined()) {
+  if ((op == "aten::index_put_" || op == "aten::index_put") && only(0) && args.size() >= 4 &&
+      args[3].isBool() && !args[3].toBool() && !saved.empty() && saved[0].defined()) {
     c10::List<c10::optional<at::Tensor>> indices;
     for (const c10::IValue& index : args[1].toListRef()) {
       indices.push_back(index.isNone() ? c10::optional<at::Tensor>()
                                        : c10::optional<at::Tensor>(index.toTensor()));
     }
-    const at::Tensor covered = at::zeros(saved[0].sizes(), at::kBool)
-                                   .index_put_(indices, at::ones({}, at::kBool));
+    const at::Tensor covered =
+        at::zeros(saved[0].sizes(), at::kBool).index_put_(indices, at::ones({}, at::kBool));
     return covered.all().item<bool>();
   }
   return false;

@@ -47,10 +47,11 @@ std::vector<FusedMutator> Resolve() {
                                           ", which this LibTorch does not register"));
     }
     const c10::FunctionSchema& schema = handle->schema();
-    resolved.push_back(FusedMutator{names.op, 2,
-                                    {Position(schema, names.state[0]),
-                                     Position(schema, names.state[1])},
-                                    Position(schema, names.update_flag)});
+    resolved.push_back(
+        FusedMutator{names.op,
+                     2,
+                     {Position(schema, names.state[0]), Position(schema, names.state[1])},
+                     Position(schema, names.update_flag)});
   }
   return resolved;
 }
@@ -59,7 +60,8 @@ std::vector<FusedMutator> Resolve() {
 
 const FusedMutator* FindFusedMutator(absl::string_view name) {
   // Resolved once; an exception leaves it unresolved, to fail again on the next call.
-  static const std::vector<FusedMutator>* const kResolved = new std::vector<FusedMutator>(Resolve());
+  static const std::vector<FusedMutator>* const kResolved =
+      new std::vector<FusedMutator>(Resolve());
   for (const FusedMutator& mutator : *kResolved) {
     if (mutator.name == name) return &mutator;
   }
