@@ -27,6 +27,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Pair;
 using ::torchlens::testing_util::Capture;
+using ::torchlens::testing_util::Get;
 
 Trace CaptureDemo(torch::jit::Module& model, const at::Tensor& x) {
   absl::StatusOr<Trace> trace = TraceModule(model, {x});
@@ -71,7 +72,7 @@ TEST(AnalysisTest, PerturbedWeightIsTheFirstDivergence) {
   absl::StatusOr<Comparison> diff = Compare(reference, changed);
   ASSERT_TRUE(diff.ok()) << diff.status();
   ASSERT_TRUE(diff->first_divergence.has_value());
-  const Op& first = **reference.Find(*diff->first_divergence);
+  const Op& first = Get(reference, *diff->first_divergence);
   EXPECT_EQ(first.type, "conv2d");
   EXPECT_EQ(first.module_address, "block2.conv");
   EXPECT_THAT(FormatComparison(*diff), HasSubstr(first.label + " "));

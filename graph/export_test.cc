@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "graph/json_export.h"
+#include "graph/op_fields.h"
 #include "graph/trace_file.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
@@ -135,6 +136,58 @@ TEST(TraceFileTest, BadFilesGiveClearErrors) {
   absl::StatusOr<Trace> incomplete = ParseTraceFile(torch::jit::pickle_save(other));
   EXPECT_EQ(incomplete.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(incomplete.status().message()), HasSubstr("has no \"training\""));
+}
+
+// Version 1 files have none of the fields version 2 added (NOTE [One Op field table] says
+// which); they load with those fields at their defaults, while a version 2 file without
+// them is malformed.
+TEST(TraceFileTest, VersionOneFilesLoadWithoutTheFieldsVersionTwoAdded) {
+  const Trace trace = Capture("mlp");
+  const std::vector<char> bytes = SavedBytes(trace, "mlp.v1.pt");
+  c10::impl::GenericDict root = torch::jit::pickle_load(bytes).toGenericDict();
+  std::vector<std::string> removed;
+  const Op example;
+  VisitOpFields(example, [&](const char* name, const auto&, OpField field) {
+    if (field.since_version == 2) removed.push_back(name);
+  });
+  ASSERT_EQ(removed, (std::vector<std::string>{"alias_writes", "start_ns", "duration_ns"}));
+  for (const c10::IValue& op : root.at("ops").toListRef()) {
+    c10::impl::GenericDict d = op.toGenericDict();
+    for (const std::string& name : removed) d.erase(name);
+  }
+  absl::StatusOr<Trace> as_version_2 = ParseTraceFile(torch::jit::pickle_save(root));
+  EXPECT_EQ(as_version_2.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(as_version_2.status().message()),
+              HasSubstr("ops[0] has no \"alias_writes\""));
+  root.insert_or_assign("version", int64_t{1});
+  absl::StatusOr<Trace> as_version_1 = ParseTraceFile(torch::jit::pickle_save(root));
+  ASSERT_TRUE(as_version_1.ok()) << as_version_1.status();
+  ASSERT_EQ(as_version_1->ops().size(), trace.ops().size());
+  for (size_t i = 0; i < trace.ops().size(); ++i) {
+    EXPECT_EQ(as_version_1->ops()[i].label, trace.ops()[i].label);
+    EXPECT_EQ(as_version_1->ops()[i].start_ns, -1);
+    EXPECT_TRUE(BitIdentical(as_version_1->ops()[i].out, trace.ops()[i].out));
+  }
+}
+
+// Each JSON op holds the metadata fields of the table, in its order, and nothing else.
+TEST(JsonExportTest, OpsHoldTheFieldTablesMetadata) {
+  const Trace trace = Capture("slice_copy");
+  absl::StatusOr<std::string> json = TraceToJson(trace);
+  ASSERT_TRUE(json.ok()) << json.status();
+  const nlohmann::ordered_json root = nlohmann::ordered_json::parse(*json);
+  std::vector<std::string> expected;
+  for (absl::string_view name : OpFieldNames(/*saved_values=*/false)) {
+    expected.emplace_back(name);
+  }
+  EXPECT_THAT(expected, ::testing::Contains("label"));
+  EXPECT_THAT(expected, ::testing::Not(::testing::Contains("out")));
+  ASSERT_EQ(root["ops"].size(), trace.ops().size());
+  for (const auto& op : root["ops"]) {
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : op.items()) keys.push_back(key);
+    EXPECT_EQ(keys, expected) << op["label"];
+  }
 }
 
 // Regressions from fuzzing (NOTE [Untrusted archives]): a corrupted length field once made

@@ -4,13 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/file_io.h"
+#include "graph/op_fields.h"
 
 namespace torchlens {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-Json Optional(const std::optional<bool>& value) { return value ? Json(*value) : Json(nullptr); }
 
 Json Source(const ArgSource& source) {
   return {{"kind", std::string(ArgSourceKindName(source.kind))},
@@ -24,6 +23,50 @@ Json Geometry(const TensorGeometry& geometry) {
           {"storage_offset", geometry.storage_offset}};
 }
 
+// Writes each metadata field of NOTE [One Op field table]; saved values stay in trace
+// files.
+struct OpJsonWriter {
+  Json& node;
+
+  template <typename Member>
+  void operator()(const char* name, const Member& member, OpField field) {
+    if (!field.saved_value) node[name] = Value(member);
+  }
+
+  template <typename Plain>
+  static Json Value(const Plain& v) {
+    return Json(v);
+  }
+  static Json Value(const absl::InlinedVector<std::string, 2>& v) {
+    return Json(std::vector<std::string>(v.begin(), v.end()));
+  }
+  static Json Value(const at::DimVector& v) { return Json(c10::IntArrayRef(v).vec()); }
+  static Json Value(const std::optional<WriteKind>& v) {
+    return v ? Json(std::string(WriteKindName(*v))) : Json(nullptr);
+  }
+  static Json Value(const std::optional<bool>& v) { return v ? Json(*v) : Json(nullptr); }
+  static Json Value(const std::vector<ArgSource>& v) {
+    Json sources = Json::array();
+    for (const ArgSource& source : v) sources.push_back(Source(source));
+    return sources;
+  }
+  static Json Value(const std::vector<AliasWrite>& v) {
+    Json writes = Json::array();
+    for (const AliasWrite& write : v) {
+      writes.push_back({{"before", Source(write.before)},
+                        {"written_tensor", write.written_tensor},
+                        {"aliased", Geometry(write.aliased)},
+                        {"written", Geometry(write.written)}});
+    }
+    return writes;
+  }
+  // Saved values never reach `Value` (see operator()); these keep the template from
+  // being instantiated for them.
+  static Json Value(const at::Tensor&) { return Json(nullptr); }
+  static Json Value(const std::vector<at::Tensor>&) { return Json(nullptr); }
+  static Json Value(const std::vector<c10::IValue>&) { return Json(nullptr); }
+};
+
 }  // namespace
 
 absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& extra) {
@@ -35,38 +78,7 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
   Json& ops = root["ops"] = Json::array();
   for (const Op& op : trace.ops()) {
     Json node;
-    node["label"] = op.label;
-    node["type"] = op.type;
-    node["func_name"] = op.func_name;
-    node["overload_name"] = op.overload_name;
-    node["pass"] = op.pass;
-    node["layer_type_index"] = op.layer_type_index;
-    node["layer_step_index"] = op.layer_step_index;
-    node["module_address"] = op.module_address;
-    node["parents"] = op.parents;
-    node["children"] = op.children;
-    node["parent_params"] =
-        std::vector<std::string>(op.parent_params.begin(), op.parent_params.end());
-    node["tensor_shape"] = c10::IntArrayRef(op.tensor_shape).vec();
-    node["tensor_dtype"] = op.tensor_dtype;
-    node["is_buffer"] = op.is_buffer;
-    node["address"] = op.address;
-    node["buffer_pass"] = op.buffer_pass;
-    node["buffer_write_kind"] = op.buffer_write_kind
-                                    ? Json(std::string(WriteKindName(*op.buffer_write_kind)))
-                                    : Json(nullptr);
-    node["buffer_value_changed"] = Optional(op.buffer_value_changed);
-    Json& sources = node["arg_sources"] = Json::array();
-    for (const ArgSource& source : op.arg_sources) sources.push_back(Source(source));
-    node["start_ns"] = op.start_ns;
-    node["duration_ns"] = op.duration_ns;
-    Json& writes = node["alias_writes"] = Json::array();
-    for (const AliasWrite& write : op.alias_writes) {
-      writes.push_back({{"before", Source(write.before)},
-                        {"written_tensor", write.written_tensor},
-                        {"aliased", Geometry(write.aliased)},
-                        {"written", Geometry(write.written)}});
-    }
+    VisitOpFields(op, OpJsonWriter{node});
     ops.push_back(std::move(node));
   }
   Json& buffers = root["buffers"] = Json::array();

@@ -4,10 +4,8 @@
 //   {
 //     "schema": "torchlens.trace.json", "version": 1,
 //     "training": bool, "has_saved_values": bool,
-//     "ops": [ {"label", "type", "func_name", "overload_name", "pass", "layer_type_index",
-//               "layer_step_index", "module_address", "parents": [label], "children":
-//               [label], "parent_params": [address], "tensor_shape": [int],
-//               "tensor_dtype", "is_buffer", "address", "buffer_pass",
+//     "ops": [ {the metadata fields of NOTE [One Op field table] (graph/op_fields.h),
+//               in its order: "label", "type", ..., with
 //               "buffer_write_kind": null | "reassign" | "inplace" | "fused",
 //               "buffer_value_changed": null | bool,
 //               "arg_sources": [ {"kind": "node"|"param"|"constant"|"none", "name",

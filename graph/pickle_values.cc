@@ -1,3 +1,7 @@
+// One file over 600 lines, on purpose: it is one machine, the pickle dialect's opcode
+// interpreter (`Machine::Step`, one case per opcode of NOTE [LibTorch's pickle dialect])
+// with the stack discipline every case shares. Split, the opcode table and the checks of
+// NOTE [Pickle stack depth] would be read in pieces.
 #include "graph/pickle_values.h"
 
 #include <cstring>

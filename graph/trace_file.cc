@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "graph/file_io.h"
+#include "graph/op_fields.h"
 #include "graph/torch_load.h"
 
 namespace torchlens {
@@ -125,58 +126,69 @@ absl::Status CheckSavable(const Trace& trace) {
   return absl::OkStatus();
 }
 
+// Writes each field of NOTE [One Op field table] as the IValue Python reads back.
+struct OpWriter {
+  Dict& d;
+
+  void operator()(const char* name, const std::string& v, OpField) { d.insert(name, v); }
+  void operator()(const char* name, int v, OpField) { d.insert(name, static_cast<int64_t>(v)); }
+  void operator()(const char* name, int64_t v, OpField) { d.insert(name, v); }
+  void operator()(const char* name, bool v, OpField) { d.insert(name, v); }
+  void operator()(const char* name, const std::vector<std::string>& v, OpField) {
+    d.insert(name, Strings(v));
+  }
+  void operator()(const char* name, const absl::InlinedVector<std::string, 2>& v, OpField) {
+    d.insert(name, Strings(v));
+  }
+  void operator()(const char* name, const at::DimVector& v, OpField) { d.insert(name, Ints(v)); }
+  void operator()(const char* name, const std::optional<WriteKind>& v, OpField) {
+    d.insert(name, v ? c10::IValue(std::string(WriteKindName(*v))) : c10::IValue());
+  }
+  void operator()(const char* name, const std::optional<bool>& v, OpField) {
+    d.insert(name, v ? c10::IValue(*v) : c10::IValue());
+  }
+  void operator()(const char* name, const at::Tensor& v, OpField) {
+    d.insert(name, TensorOrNone(v));
+  }
+  void operator()(const char* name, const std::vector<at::Tensor>& v, OpField) {
+    List list = NewList();
+    for (const at::Tensor& t : v) list.push_back(TensorOrNone(t));
+    d.insert(name, list);
+  }
+  // Arguments Python could not read back are left out whole; "<name>_complete" says which.
+  void operator()(const char* name, const std::vector<c10::IValue>& v, OpField) {
+    bool complete = true;
+    for (const c10::IValue& arg : v) complete = complete && Picklable(arg);
+    List list = NewList();
+    if (complete) {
+      for (const c10::IValue& arg : v) list.push_back(arg);
+    }
+    d.insert(name, list);
+    d.insert(absl::StrCat(name, "_complete"), complete);
+  }
+  void operator()(const char* name, const std::vector<ArgSource>& v, OpField) {
+    List list = NewList();
+    for (const ArgSource& source : v) list.push_back(SourceToIValue(source));
+    d.insert(name, list);
+  }
+  void operator()(const char* name, const std::vector<AliasWrite>& v, OpField) {
+    List list = NewList();
+    for (const AliasWrite& write : v) {
+      Dict w = NewDict();
+      w.insert("before", SourceToIValue(write.before));
+      w.insert("written_tensor", static_cast<int64_t>(write.written_tensor));
+      w.insert("aliased", GeometryToIValue(write.aliased));
+      w.insert("written", GeometryToIValue(write.written));
+      w.insert("value", TensorOrNone(write.value));
+      list.push_back(w);
+    }
+    d.insert(name, list);
+  }
+};
+
 c10::IValue OpToIValue(const Op& op) {
   Dict d = NewDict();
-  d.insert("label", op.label);
-  d.insert("type", op.type);
-  d.insert("func_name", op.func_name);
-  d.insert("overload_name", op.overload_name);
-  d.insert("parents", Strings(op.parents));
-  d.insert("children", Strings(op.children));
-  d.insert("module_address", op.module_address);
-  d.insert("out", TensorOrNone(op.out));
-  d.insert("is_buffer", op.is_buffer);
-  d.insert("address", op.address);
-  d.insert("buffer_pass", static_cast<int64_t>(op.buffer_pass));
-  d.insert("buffer_write_kind", op.buffer_write_kind
-                                    ? c10::IValue(std::string(WriteKindName(*op.buffer_write_kind)))
-                                    : c10::IValue());
-  d.insert("buffer_value_changed",
-           op.buffer_value_changed ? c10::IValue(*op.buffer_value_changed) : c10::IValue());
-  d.insert("pass", static_cast<int64_t>(op.pass));
-  d.insert("layer_type_index", static_cast<int64_t>(op.layer_type_index));
-  d.insert("layer_step_index", static_cast<int64_t>(op.layer_step_index));
-  d.insert("tensor_shape", Ints(op.tensor_shape));
-  d.insert("tensor_dtype", op.tensor_dtype);
-  d.insert("parent_params", Strings(op.parent_params));
-  List outs = NewList();
-  for (const at::Tensor& t : op.outs) outs.push_back(TensorOrNone(t));
-  d.insert("outs", outs);
-  bool complete = true;
-  for (const c10::IValue& arg : op.creation_args) complete = complete && Picklable(arg);
-  List args = NewList();
-  if (complete) {
-    for (const c10::IValue& arg : op.creation_args) args.push_back(arg);
-  }
-  d.insert("creation_args", args);
-  d.insert("creation_args_complete", complete);
-  List sources = NewList();
-  for (const ArgSource& source : op.arg_sources) sources.push_back(SourceToIValue(source));
-  d.insert("arg_sources", sources);
-  d.insert("rng_state", TensorOrNone(op.rng_state));
-  List alias_writes = NewList();
-  for (const AliasWrite& write : op.alias_writes) {
-    Dict w = NewDict();
-    w.insert("before", SourceToIValue(write.before));
-    w.insert("written_tensor", static_cast<int64_t>(write.written_tensor));
-    w.insert("aliased", GeometryToIValue(write.aliased));
-    w.insert("written", GeometryToIValue(write.written));
-    w.insert("value", TensorOrNone(write.value));
-    alias_writes.push_back(w);
-  }
-  d.insert("alias_writes", alias_writes);
-  d.insert("start_ns", op.start_ns);
-  d.insert("duration_ns", op.duration_ns);
+  VisitOpFields(op, OpWriter{d});
   return d;
 }
 
@@ -273,60 +285,66 @@ TensorGeometry GeometryFromIValue(Reader& r, const c10::IValue& value) {
   return geometry;
 }
 
-Op OpFromIValue(const c10::IValue& value, size_t index) {
-  Reader r(absl::StrCat("ops[", index, "]"));
-  const Dict d = r.DictAt(value);
-  Op op;
-  op.label = r.String(d, "label");
-  op.type = r.String(d, "type");
-  op.func_name = r.String(d, "func_name");
-  op.overload_name = r.String(d, "overload_name");
-  op.parents = r.Strings(d, "parents");
-  op.children = r.Strings(d, "children");
-  op.module_address = r.String(d, "module_address");
-  op.out = r.Tensor(d, "out");
-  op.is_buffer = r.Bool(d, "is_buffer");
-  op.kind = OpKindOf(op.type, op.is_buffer);
-  op.address = r.String(d, "address");
-  op.buffer_pass = static_cast<int>(r.Int(d, "buffer_pass"));
-  const c10::IValue& kind = r.Field(d, "buffer_write_kind");
-  if (kind.isString()) {
-    const std::string& name = kind.toStringRef();
+// Reads each field of NOTE [One Op field table] back, checking its type.
+struct OpReader {
+  Reader& r;
+  const Dict& d;
+  int64_t version;
+  size_t index;
+
+  template <typename Member>
+  void operator()(const char* name, Member& member, OpField field) {
+    if (field.since_version <= version) Read(name, member);
+  }
+
+  void Read(const char* name, std::string& v) { v = r.String(d, name); }
+  void Read(const char* name, int& v) { v = static_cast<int>(r.Int(d, name)); }
+  void Read(const char* name, int64_t& v) { v = r.Int(d, name); }
+  void Read(const char* name, bool& v) { v = r.Bool(d, name); }
+  void Read(const char* name, std::vector<std::string>& v) { v = r.Strings(d, name); }
+  void Read(const char* name, absl::InlinedVector<std::string, 2>& v) {
+    std::vector<std::string> strings = r.Strings(d, name);
+    v.assign(std::make_move_iterator(strings.begin()), std::make_move_iterator(strings.end()));
+  }
+  void Read(const char* name, at::DimVector& v) {
+    const std::vector<int64_t> ints = r.Ints(d, name);
+    v.assign(ints.begin(), ints.end());
+  }
+  void Read(const char* name, std::optional<WriteKind>& v) {
+    const c10::IValue& field = r.Field(d, name);
+    if (!field.isString()) return;
     for (WriteKind k : {WriteKind::kReassign, WriteKind::kInplace, WriteKind::kFused}) {
-      if (WriteKindName(k) == name) op.buffer_write_kind = k;
+      if (WriteKindName(k) == field.toStringRef()) v = k;
     }
-    if (!op.buffer_write_kind)
-      throw Reader::Malformed{absl::StrCat("ops[", index, "] has write kind \"", name, "\"")};
+    if (!v) {
+      throw Reader::Malformed{
+          absl::StrCat("ops[", index, "] has ", name, " \"", field.toStringRef(), "\"")};
+    }
   }
-  const c10::IValue& changed = r.Field(d, "buffer_value_changed");
-  if (changed.isBool()) op.buffer_value_changed = changed.toBool();
-  op.pass = static_cast<int>(r.Int(d, "pass"));
-  op.layer_type_index = static_cast<int>(r.Int(d, "layer_type_index"));
-  op.layer_step_index = static_cast<int>(r.Int(d, "layer_step_index"));
-  const std::vector<int64_t> shape = r.Ints(d, "tensor_shape");
-  op.tensor_shape.assign(shape.begin(), shape.end());
-  op.tensor_dtype = r.String(d, "tensor_dtype");
-  std::vector<std::string> parent_params = r.Strings(d, "parent_params");
-  op.parent_params.assign(std::make_move_iterator(parent_params.begin()),
-                          std::make_move_iterator(parent_params.end()));
-  for (const c10::IValue& t : r.ListOf(d, "outs")) {
-    if (!t.isNone() && !t.isTensor())
-      throw Reader::Malformed{absl::StrCat("ops[", index, "] \"outs\" holds a non-tensor")};
-    op.outs.push_back(t.isTensor() ? t.toTensor() : at::Tensor());
+  void Read(const char* name, std::optional<bool>& v) {
+    const c10::IValue& field = r.Field(d, name);
+    if (field.isBool()) v = field.toBool();
   }
-  if (r.Bool(d, "creation_args_complete")) {
-    for (const c10::IValue& arg : r.ListOf(d, "creation_args")) op.creation_args.push_back(arg);
+  void Read(const char* name, at::Tensor& v) { v = r.Tensor(d, name); }
+  void Read(const char* name, std::vector<at::Tensor>& v) {
+    for (const c10::IValue& t : r.ListOf(d, name)) {
+      if (!t.isNone() && !t.isTensor()) {
+        throw Reader::Malformed{absl::StrCat("ops[", index, "] \"", name, "\" holds a non-tensor")};
+      }
+      v.push_back(t.isTensor() ? t.toTensor() : at::Tensor());
+    }
   }
-  for (const c10::IValue& source : r.ListOf(d, "arg_sources")) {
-    op.arg_sources.push_back(SourceFromIValue(source, index));
+  void Read(const char* name, std::vector<c10::IValue>& v) {
+    if (!r.Bool(d, absl::StrCat(name, "_complete").c_str())) return;
+    for (const c10::IValue& arg : r.ListOf(d, name)) v.push_back(arg);
   }
-  op.rng_state = r.Tensor(d, "rng_state");
-  if (d.contains("start_ns")) {  // version 2
-    op.start_ns = r.Int(d, "start_ns");
-    op.duration_ns = r.Int(d, "duration_ns");
+  void Read(const char* name, std::vector<ArgSource>& v) {
+    for (const c10::IValue& source : r.ListOf(d, name)) {
+      v.push_back(SourceFromIValue(source, index));
+    }
   }
-  if (d.contains("alias_writes")) {  // version 2
-    for (const c10::IValue& value : r.ListOf(d, "alias_writes")) {
+  void Read(const char* name, std::vector<AliasWrite>& v) {
+    for (const c10::IValue& value : r.ListOf(d, name)) {
       Reader w(absl::StrCat("ops[", index, "] alias write"));
       const Dict write = w.DictAt(value);
       AliasWrite alias;
@@ -335,9 +353,17 @@ Op OpFromIValue(const c10::IValue& value, size_t index) {
       alias.aliased = GeometryFromIValue(w, w.Field(write, "aliased"));
       alias.written = GeometryFromIValue(w, w.Field(write, "written"));
       alias.value = w.Tensor(write, "value");
-      op.alias_writes.push_back(std::move(alias));
+      v.push_back(std::move(alias));
     }
   }
+};
+
+Op OpFromIValue(const c10::IValue& value, int64_t version, size_t index) {
+  Reader r(absl::StrCat("ops[", index, "]"));
+  const Dict d = r.DictAt(value);
+  Op op;
+  VisitOpFields(op, OpReader{r, d, version, index});
+  op.kind = OpKindOf(op.type, op.is_buffer);
   return op;
 }
 
@@ -365,7 +391,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes) {
     parts.training = r.Bool(root, "training");
     parts.has_saved_values = r.Bool(root, "has_saved_values");
     const c10::ArrayRef<c10::IValue> ops = r.ListOf(root, "ops");
-    for (size_t i = 0; i < ops.size(); ++i) parts.ops.push_back(OpFromIValue(ops[i], i));
+    for (size_t i = 0; i < ops.size(); ++i) parts.ops.push_back(OpFromIValue(ops[i], version, i));
     for (const c10::IValue& v : r.ListOf(root, "buffers")) {
       Reader b("a buffer");
       const Dict d = b.DictAt(v);

@@ -9,7 +9,9 @@
 // The file is what `torch::pickle_save` writes (the zip format of `torch.save`): a dict with
 // "format", "version", "training", "has_saved_values", and lists "ops", "buffers",
 // "modules", "params", "diagnostics", plus "capture_stats". Each op is a dict with the
-// fields of `Op` under the same names (tensors as tensors, `None` when absent); each buffer
+// fields of NOTE [One Op field table] (graph/op_fields.h) under the names of `Op`'s
+// members, in its order, and "creation_args_complete" (false when an argument could not be
+// written, and "creation_args" is then empty); tensors as tensors, `None` when absent. Each buffer
 // has "address", "module_address", "initial_value" and "final_value". Tensors shared by
 // several ops are stored once. LoadTrace gives back an equal `Trace`: same labels, edges,
 // buffer entities, and bit-identical tensors. Version 2 added each op's "alias_writes"

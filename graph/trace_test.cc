@@ -40,8 +40,11 @@ TEST(TraceTest, LabelsAndLookups) {
                                   "buffer_1:1", "add__1_4:1", "buffer_1:2", "output_1"));
   EXPECT_EQ(trace.IndexOfLabel("mul_1_3:1"), 3);
   EXPECT_EQ(trace.IndexOfLabel("mul_1_3"), -1);  // exact labels only
-  EXPECT_EQ((*trace.Find("mul_1_3"))->label, "mul_1_3:1");
-  EXPECT_EQ((*trace.Find("b:2"))->label, "buffer_1:2");
+  for (const auto& [key, label] : {std::pair{"mul_1_3", "mul_1_3:1"}, {"b:2", "buffer_1:2"}}) {
+    absl::StatusOr<const Op*> found = trace.Find(key);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ((*found)->label, label);
+  }
   EXPECT_THAT(std::string(trace.Find("b").status().message()), HasSubstr("2 versions"));
   EXPECT_THAT(std::string(trace.Find("mull_1_3:1").status().message()), HasSubstr("mul_1_3:1"));
   EXPECT_EQ(trace.buffers().at("b").num_overwrites, 1);

@@ -38,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "tools/flag_parser.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
@@ -186,31 +187,16 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   Options options;
   const char* home = std::getenv("HOME");
   options.models_dir = absl::StrCat(home ? home : "/tmp", "/.cache/torchlens/bench-models");
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    }
-    if (arg == "--models_dir") {
-      options.models_dir = value;
-    } else if (arg == "--models") {
-      options.only = absl::StrSplit(value, ',');
-    } else if (arg == "--threads" && absl::SimpleAtoi(value, &options.threads) &&
-               options.threads > 0) {
-    } else if (arg == "--repeats" && absl::SimpleAtoi(value, &options.repeats) &&
-               options.repeats > 0) {
-    } else if (arg == "--json") {
-      options.json_file = value;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad flag ", argv[i],
-                       "; flags: --models a,b --threads N --repeats N --json FILE "
-                       "--models_dir DIR"));
-    }
+  FlagParser flags;
+  flags.String("models_dir", &options.models_dir);
+  flags.List("models", &options.only);
+  flags.Int("threads", &options.threads, 1);
+  flags.Int("repeats", &options.repeats, 1);
+  flags.String("json", &options.json_file);
+  if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(parsed.message(),
+                     "; flags: --models a,b --threads N --repeats N --json FILE --models_dir DIR"));
   }
   return options;
 }

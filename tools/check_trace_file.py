@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """Reads a trace file, its JSON and its SVG from Python; exits non-zero on any mismatch.
 
-usage: check_trace_file.py TRACE.pt TRACE.json GRAPH.svg
+usage: check_trace_file.py TRACE.pt TRACE.json GRAPH.svg FIELDS.txt
+
+FIELDS.txt is what tools/op_fields prints: the field table (graph/op_fields.h) that each
+op of the trace file and of the JSON follows.
 
 The trace is of testdata/demo.pt in training mode. Values are checked against PyTorch
 recomputing them in Python, an oracle independent of the C++ capture.
@@ -15,7 +18,16 @@ import torch
 import torch.nn.functional as F
 
 
-def main(trace_path, json_path, svg_path):
+def read_fields(fields_path):
+    """The field table: every field in order, and the metadata ones (JSON's)."""
+    with open(fields_path) as f:
+        rows = [line.split() for line in f if line.strip()]
+    assert rows and all(len(row) == 2 and row[1] in ("metadata", "saved_value") for row in rows)
+    return [name for name, _ in rows], [name for name, kind in rows if kind == "metadata"]
+
+
+def main(trace_path, json_path, svg_path, fields_path):
+    fields, metadata = read_fields(fields_path)
     trace = torch.load(trace_path)
     assert trace["format"] == "torchlens.trace", trace["format"]
     assert trace["version"] == 2
@@ -24,6 +36,12 @@ def main(trace_path, json_path, svg_path):
     labels = [op["label"] for op in trace["ops"]]
     assert labels[0] == "input_1", labels[:3]
     assert "conv2d_1_2:1" in ops and "log_softmax_1_15:1" in ops, labels
+    # Every op holds the table's fields in its order; arguments Python cannot read are
+    # marked by "creation_args_complete", beside "creation_args".
+    file_fields = fields[:fields.index("creation_args") + 1] + ["creation_args_complete"] + \
+        fields[fields.index("creation_args") + 1:]
+    for op in trace["ops"]:
+        assert list(op.keys()) == file_fields, (op["label"], list(op.keys()), file_fields)
 
     # Values: each op recomputed in Python from its parents' saved values.
     stem = ops["conv2d_1_2:1"]
@@ -56,6 +74,8 @@ def main(trace_path, json_path, svg_path):
         meta = json.load(f)
     assert meta["schema"] == "torchlens.trace.json" and meta["version"] == 1
     assert [op["label"] for op in meta["ops"]] == labels
+    for op in meta["ops"]:
+        assert list(op.keys()) == metadata, (op["label"], list(op.keys()), metadata)
     assert meta["ops"][labels.index("relu_1_6:1")]["parents"] == ["batch_norm_1_5:1"]
 
     # SVG: well-formed XML with one node per drawn op (BatchNorm bookkeeping hidden).

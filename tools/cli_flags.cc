@@ -1,9 +1,7 @@
 #include "tools/cli_flags.h"
 
 #include <limits>
-#include <optional>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -11,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "graph/label.h"
+#include "tools/flag_parser.h"
 
 namespace torchlens {
 
@@ -105,116 +104,69 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text) {
 
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args) {
   CliOptions options;
-  absl::flat_hash_set<std::string> seen;
-  for (size_t i = 0; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (!absl::ConsumePrefix(&arg, "--")) {
+  bool no_save = false;
+  FlagParser flags;
+  flags.Switch("help", &options.help);
+  flags.Switch("h", &options.help);
+  flags.Switch("no_save", &no_save);
+  flags.Switch("validate", &options.validate);
+  flags.Switch("hash", &options.hash);
+  flags.Switch("non_finite", &options.non_finite);
+  flags.String("model", &options.model);
+  flags.String("input", &options.input_file);
+  flags.String("summary", &options.summary_file);
+  flags.String("json", &options.json_file);
+  flags.String("save", &options.save_file);
+  flags.String("compare", &options.compare_trace);
+  flags.String("compare_model", &options.compare_model);
+  flags.String("chrome_trace", &options.chrome_trace);
+  flags.Value("render", [&](absl::string_view v) {
+    if (!absl::EndsWithIgnoreCase(v, ".svg") && !absl::EndsWithIgnoreCase(v, ".png") &&
+        !absl::EndsWithIgnoreCase(v, ".pdf")) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument \"", args[i], "\"; flags start with -- (see --help)"));
+          absl::StrCat("--render \"", v, "\": the file name must end in .svg, .png or .pdf"));
     }
-    std::string name(arg);
-    std::optional<std::string> value;
-    if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
-      name = std::string(arg.substr(0, eq));
-      value = std::string(arg.substr(eq + 1));
-    }
-    // A second --model (or any flag but --edit) would silently replace the first.
-    if (name != "edit" && !seen.insert(name).second) {
+    options.render_file = std::string(v);
+    return absl::OkStatus();
+  });
+  flags.Value("show_buffers", [&](absl::string_view v) {
+    if (v != "never" && v != "meaningful" && v != "always") {
       return absl::InvalidArgumentError(
-          absl::StrCat("--", name, " is given twice; give it once (only --edit repeats)"));
+          absl::StrCat("--show_buffers \"", v, "\": expected never, meaningful or always"));
     }
-    auto take_value = [&]() -> absl::StatusOr<std::string> {
-      if (!value.has_value()) {
-        if (i + 1 >= args.size()) {
-          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-        }
-        value = args[++i];
-      }
-      // `--model=` or `--save ''` (an unset shell variable) must not mean "the default".
-      if (value->empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", name, " is empty; give a value or leave the flag out"));
-      }
-      return *value;
-    };
-    auto no_value = [&]() -> absl::Status {
-      if (value.has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
-      }
-      return absl::OkStatus();
-    };
-    if (name == "help" || name == "h") {
-      if (absl::Status s = no_value(); !s.ok()) return s;
-      options.help = true;
-    } else if (name == "no_save") {
-      if (absl::Status s = no_value(); !s.ok()) return s;
-      options.save_activations = false;
-    } else if (name == "validate") {
-      if (absl::Status s = no_value(); !s.ok()) return s;
-      options.validate = true;
-    } else if (name == "hash") {
-      if (absl::Status s = no_value(); !s.ok()) return s;
-      options.hash = true;
-    } else if (name == "non_finite") {
-      if (absl::Status s = no_value(); !s.ok()) return s;
-      options.non_finite = true;
-    } else if (name == "model" || name == "input" || name == "summary" || name == "input_shape" ||
-               name == "mode" || name == "seed" || name == "edit" || name == "render" ||
-               name == "show_buffers" || name == "json" || name == "save" || name == "compare" ||
-               name == "compare_model" || name == "chrome_trace") {
-      absl::StatusOr<std::string> v = take_value();
-      if (!v.ok()) return v.status();
-      if (name == "model") {
-        options.model = *v;
-      } else if (name == "input") {
-        options.input_file = *v;
-      } else if (name == "summary") {
-        options.summary_file = *v;
-      } else if (name == "render") {
-        if (!absl::EndsWithIgnoreCase(*v, ".svg") && !absl::EndsWithIgnoreCase(*v, ".png") &&
-            !absl::EndsWithIgnoreCase(*v, ".pdf")) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--render \"", *v, "\": the file name must end in .svg, .png or .pdf"));
-        }
-        options.render_file = *v;
-      } else if (name == "json") {
-        options.json_file = *v;
-      } else if (name == "save") {
-        options.save_file = *v;
-      } else if (name == "compare") {
-        options.compare_trace = *v;
-      } else if (name == "compare_model") {
-        options.compare_model = *v;
-      } else if (name == "chrome_trace") {
-        options.chrome_trace = *v;
-      } else if (name == "show_buffers") {
-        if (*v != "never" && *v != "meaningful" && *v != "always") {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--show_buffers \"", *v, "\": expected never, meaningful or always"));
-        }
-        options.show_buffers = *v;
-      } else if (name == "edit") {
-        absl::StatusOr<EditFlag> edit = ParseEdit(*v);
+    options.show_buffers = std::string(v);
+    return absl::OkStatus();
+  });
+  flags.Value(
+      "edit",
+      [&](absl::string_view v) {
+        absl::StatusOr<EditFlag> edit = ParseEdit(v);
         if (!edit.ok()) return edit.status();
         options.edits.push_back(*std::move(edit));
-      } else if (name == "input_shape") {
-        absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ParseInputShapes(*v);
-        if (!shapes.ok()) return shapes.status();
-        options.input_shapes = *std::move(shapes);
-      } else if (name == "mode") {
-        if (*v != "train" && *v != "eval") {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--mode \"", *v, "\": expected train or eval"));
-        }
-        options.train = *v == "train";
-      } else if (!absl::SimpleAtoi(*v, &options.seed)) {
-        return absl::InvalidArgumentError(absl::StrCat("--seed \"", *v, "\" is not an integer"));
-      }
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, "; run with --help for the flags"));
+        return absl::OkStatus();
+      },
+      /*repeatable=*/true);
+  flags.Value("input_shape", [&](absl::string_view v) {
+    absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ParseInputShapes(v);
+    if (!shapes.ok()) return shapes.status();
+    options.input_shapes = *std::move(shapes);
+    return absl::OkStatus();
+  });
+  flags.Value("mode", [&](absl::string_view v) {
+    if (v != "train" && v != "eval") {
+      return absl::InvalidArgumentError(absl::StrCat("--mode \"", v, "\": expected train or eval"));
     }
-  }
+    options.train = v == "train";
+    return absl::OkStatus();
+  });
+  flags.Value("seed", [&](absl::string_view v) {
+    if (!absl::SimpleAtoi(v, &options.seed)) {
+      return absl::InvalidArgumentError(absl::StrCat("--seed \"", v, "\" is not an integer"));
+    }
+    return absl::OkStatus();
+  });
+  if (absl::Status parsed = flags.Parse(args); !parsed.ok()) return parsed;
+  options.save_activations = !no_save;
   if ((options.validate || !options.edits.empty()) && !options.save_activations) {
     return absl::InvalidArgumentError(absl::StrCat(options.validate ? "--validate" : "--edit",
                                                    " needs saved values; drop --no_save"));

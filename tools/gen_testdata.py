@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 """Generates torchlens' test models and the values eager PyTorch computes for them.
 
+(Over 600 lines on purpose: one small class per test model, each beside the values it
+must produce, and the tests name them; a model is read where it is defined.)
+
 Run with Debian's python3-torch (1.13):   /usr/bin/python3 tools/gen_testdata.py
 
 For each model NAME it writes, into testdata/:

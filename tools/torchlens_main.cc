@@ -126,12 +126,18 @@ absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<Edi
     absl::StrAppend(&out, "  warning (", DiagnosticKindName(warning.kind), " at ", warning.label,
                     "): ", warning.message, "\n");
   }
+  // Do's trace holds every node of the trace it replayed, under the same labels; a missing
+  // one reads as "no saved value".
+  auto value_of = [](const Trace& in, const std::string& label) {
+    const int index = in.IndexOfLabel(label);
+    return index < 0 ? at::Tensor() : in.ops()[index].out;
+  };
   for (const std::string& label : trace.output_labels()) {
     absl::StrAppend(&out, "  ", label, ": ",
-                    Change((*trace.Find(label))->out, (*result->trace.Find(label))->out), "\n");
+                    Change(value_of(trace, label), value_of(result->trace, label)), "\n");
   }
   for (const Op* version : trace.buffer_write_ops()) {
-    const at::Tensor& after = (*result->trace.Find(version->label))->out;
+    const at::Tensor after = value_of(result->trace, version->label);
     if (BitIdentical(version->out, after)) continue;
     absl::StrAppend(&out, "  buffer ", version->address, ":", version->buffer_pass, " (",
                     version->label, "): ", Change(version->out, after), "\n");

@@ -43,15 +43,7 @@
 #include "absl/status/statusor.h"
 #include "graph/trace.h"
 #include "torchlens_dispatch/capture_options.h"
-
-namespace torch {
-namespace jit {
-struct Module;
-}  // namespace jit
-namespace nn {
-class Module;
-}  // namespace nn
-}  // namespace torch
+#include "torchlens_dispatch/module_fwd.h"
 
 namespace torchlens {
 

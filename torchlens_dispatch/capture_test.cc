@@ -332,12 +332,12 @@ TEST(CaptureTest, DeeplyNestedModules) {
   EXPECT_EQ(trace->capture_stats().marked_sites, 151);
   std::string leaf;
   for (int level = 0; level < 150; ++level) leaf += level == 0 ? "inner" : ".inner";
-  const Op* linear = *trace->Find("linear_1_1");
+  const Op* linear = &Get(*trace, "linear_1_1");
   EXPECT_EQ(linear->module_address, leaf + ".fc");
   // relu k (from the inside out) runs in the module k levels above the leaf's.
-  const Op* innermost_relu = *trace->Find("relu_1_2");
+  const Op* innermost_relu = &Get(*trace, "relu_1_2");
   EXPECT_EQ(innermost_relu->module_address, leaf.substr(0, leaf.size() - 6));
-  const Op* outermost_relu = *trace->Find("relu_150_151");
+  const Op* outermost_relu = &Get(*trace, "relu_150_151");
   EXPECT_EQ(outermost_relu->module_address, "");
   EXPECT_TRUE(at::allclose(trace->ops().back().out, expected.output(0)));
   EXPECT_EQ(trace->modules().size(), 152u);
@@ -467,15 +467,15 @@ TEST(CaptureTest, TraceIsMovableAndCopyable) {
   testdata::Expected expected("seed_recurrent");
   absl::StatusOr<Trace> trace = TraceModule(model, expected.inputs());
   ASSERT_TRUE(trace.ok()) << trace.status();
-  const Op* before = *trace->Find("h:2");
+  const Op* before = &Get(*trace, "h:2");
   Trace moved = *std::move(trace);
-  EXPECT_EQ(*moved.Find("h:2"), before);
+  EXPECT_EQ(&Get(moved, "h:2"), before);
   // A moved-from trace is empty, not broken (NOTE [Lazy label index]).
   EXPECT_EQ(trace->Find("h:2").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(moved.buffers().at("h").versions[1], before);
   Trace copy = moved;
-  EXPECT_NE(*copy.Find("h:2"), before);
-  EXPECT_EQ(copy.buffers().at("h").versions[1], *copy.Find("h:2"));
+  EXPECT_NE(&Get(copy, "h:2"), before);
+  EXPECT_EQ(copy.buffers().at("h").versions[1], &Get(copy, "h:2"));
   EXPECT_EQ(copy.buffers().at("h").versions.size(), 3u);
 }
 

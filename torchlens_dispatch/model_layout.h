@@ -33,15 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "graph/trace.h"
 #include "torchlens_dispatch/layer_classes.h"
-
-namespace torch {
-namespace jit {
-struct Module;
-}  // namespace jit
-namespace nn {
-class Module;
-}  // namespace nn
-}  // namespace torch
+#include "torchlens_dispatch/module_fwd.h"
 
 namespace torchlens {
 

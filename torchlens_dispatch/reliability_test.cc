@@ -362,7 +362,10 @@ TEST(LayoutTest, FollowsChangesToTheModel) {
   absl::StatusOr<Trace> trace = TraceModule(model, inputs);
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_EQ(trace->buffers().count("extra"), 1u);
-  const Op* linear = *trace->Find("linear_1_1:1");
+  absl::StatusOr<const Op*> found = trace->Find("linear_1_1:1");
+  ASSERT_TRUE(found.ok()) << found.status();
+  const Op* linear = *found;
+  ASSERT_EQ(linear->arg_sources.size(), 3u);
   EXPECT_EQ(linear->arg_sources[1].kind, ArgSource::Kind::kParam);
   EXPECT_TRUE(torch::equal(linear->creation_args[1].toTensor(), torch::zeros({8, 4})));
 }

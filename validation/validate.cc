@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -29,136 +28,10 @@
 #include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/replay.h"
+#include "validation/values.h"
 
 namespace torchlens {
 namespace {
-
-// nullopt when `actual` is bit-identical to `expected` (NOTE [Bitwise equality]);
-// otherwise what differs. Never throws.
-std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected) {
-  if (BitIdentical(actual, expected)) return std::nullopt;
-  if (!actual.defined() || !expected.defined()) {
-    return std::string(actual.defined() ? "expected no tensor" : "missing tensor");
-  }
-  if (actual.sizes() != expected.sizes()) {
-    return absl::StrCat("shape [", absl::StrJoin(actual.sizes(), ", "), "] instead of [",
-                        absl::StrJoin(expected.sizes(), ", "), "]");
-  }
-  if (actual.scalar_type() != expected.scalar_type()) {
-    return absl::StrCat("dtype ", c10::toString(actual.scalar_type()), " instead of ",
-                        c10::toString(expected.scalar_type()));
-  }
-  if (actual.layout() != expected.layout() || actual.is_quantized() != expected.is_quantized()) {
-    return std::string("another layout");
-  }
-  try {
-    const at::Tensor a = actual.is_quantized() ? actual.dequantize() : actual.to_dense();
-    const at::Tensor b = expected.is_quantized() ? expected.dequantize() : expected.to_dense();
-    if (a.is_floating_point() || a.is_complex()) {
-      const at::Tensor diff = (a.to(at::kDouble) - b.to(at::kDouble)).abs();
-      const at::Tensor finite = at::where(at::isnan(diff), at::zeros_like(diff), diff);
-      const bool nan_placement = at::isnan(diff).any().item<bool>();
-      if (finite.max().item<double>() == 0 && !nan_placement) {
-        return std::string("equal values, different bits (signed zeros or NaN payloads)");
-      }
-      return absl::StrFormat("max abs difference %.6g%s", finite.max().item<double>(),
-                             nan_placement ? " (and NaN placement)" : "");
-    }
-    return absl::StrCat((a != b).sum().item<int64_t>(), " of ", a.numel(), " elements differ");
-  } catch (const std::exception&) {
-    return std::string("different values");
-  }
-}
-
-// NOTE [Perturbations that can prove]
-// Perturbing a parent proves an edge only when the op's output changes. Most ops react to
-// the first cheap perturbation (every element changed). Ops that test their input (a
-// comparison against a threshold, isnan, any) or that see NaN (where every arithmetic
-// perturbation stays NaN) may not, although they depend on it: for them a second round
-// tries values chosen without looking at the old ones (extremes, NaN, infinities, one
-// element changed, all true or all false). An edge that none of these changes is a
-// failure, except for a predicate or a parent holding non-finite values, where the
-// perturbations cannot be shown to reach the op's decision: such edges are reported as
-// unproved, never as failures.
-constexpr int kArithmeticPerturbations = 3;
-
-// The `attempt`-th perturbation of a saved value, cheapest first; nullopt when there are
-// no more.
-std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
-                                       at::Generator& generator) {
-  const bool floating = value.is_floating_point() || value.is_complex();
-  if (value.scalar_type() == at::kBool) {
-    switch (attempt) {
-      case 0:
-        return at::logical_not(value);
-      case 1:
-        return at::ones_like(value);
-      case 2:
-        return at::zeros_like(value);
-      case 3: {
-        at::Tensor flipped = value.clone();
-        flipped.view({-1})[0] = !value.reshape({-1})[0].item<bool>();
-        return flipped;
-      }
-      default:
-        return std::nullopt;
-    }
-  }
-  if (attempt < kArithmeticPerturbations) {
-    const double magnitude = floating ? value.abs().max().item<double>() + 1.0 : 0.0;
-    switch (attempt) {
-      case 0:
-        return floating ? at::rsub(value, -1.0) : value + 1;  // -1 - value, one kernel
-      case 1:
-        return floating ? value + 1000.0 * magnitude : value - 1;
-      default:
-        return floating ? at::randn(value.sizes(), generator, value.options()) * (3.0 * magnitude)
-                        : -value;
-    }
-  }
-  // NOTE [Perturbations that can prove]: values that do not depend on the old ones.
-  switch (attempt - kArithmeticPerturbations) {
-    case 0:
-      return at::zeros_like(value);
-    case 1:
-      return at::ones_like(value);
-    case 2: {
-      at::Tensor changed = value.clone();
-      changed.view({-1})[0] = floating ? -1.0 - value.reshape({-1})[0].item<double>()
-                                       : value.reshape({-1})[0].item<double>() + 1.0;
-      return changed;
-    }
-    case 3:
-      return floating ? at::randn(value.sizes(), generator, value.options())
-                      : at::full_like(value, -1);
-    case 4:
-      return floating ? at::full_like(value, std::numeric_limits<double>::infinity())
-                      : at::full_like(value, 2);
-    case 5:
-      if (floating) return at::full_like(value, -std::numeric_limits<double>::infinity());
-      return std::nullopt;
-    case 6:
-      if (floating) return at::full_like(value, std::numeric_limits<double>::quiet_NaN());
-      return std::nullopt;
-    case 7:
-      if (floating) return at::full_like(value, 1e30);
-      return std::nullopt;
-    default:
-      return std::nullopt;
-  }
-}
-
-bool AllFinite(const at::Tensor& t) {
-  try {
-    if (!t.defined() || t.numel() == 0 || t.layout() != at::kStrided || t.is_quantized() ||
-        !(t.is_floating_point() || t.is_complex())) {
-      return true;
-    }
-    return at::isfinite(t).all().item<bool>();
-  } catch (const std::exception&) {
-    return true;
-  }
-}
 
 // Whether two runs of an op returned the same: tensors bit for bit, other values (the
 // Scalar of `item`, the bool of `equal`) by value.

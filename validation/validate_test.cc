@@ -21,6 +21,7 @@ namespace {
 
 using ::torchlens::testing_util::Capture;
 using ::torchlens::testing_util::Changed;
+using ::torchlens::testing_util::Get;
 
 using ::testing::AllOf;
 using ::testing::Contains;
@@ -51,18 +52,18 @@ TEST(ValidateTest, EveryTestModelValidates) {
 // the call; the trace keeps the call's contents.
 TEST(ValidateTest, ListArgumentsKeepTheirContentsAtCallTime) {
   const Trace trace = Capture("growing_list");
-  const Op* first_cat = *trace.Find("cat_1_1:1");
+  const Op* first_cat = &Get(trace, "cat_1_1:1");
   ASSERT_EQ(first_cat->creation_args[0].toListRef().size(), 1u);
   EXPECT_THAT(first_cat->parents, ElementsAre("input_1"));
   EXPECT_TRUE(
-      at::allclose((*trace.Find("output_1"))->out, testdata::Expected("growing_list").output(0)));
+      at::allclose(Get(trace, "output_1").out, testdata::Expected("growing_list").output(0)));
 }
 
 // Regression (torchvision's detection transform): a tensor filled through a slice and then
 // used whole; the user of the whole tensor must see the filled value.
 TEST(ValidateTest, TensorWrittenThroughAViewIsSavedAfterTheWrite) {
   const Trace trace = Capture("pad_through_view");
-  const Op* mul = *trace.Find("mul_1_5:1");  // zeros, slice, slice, copy_, mul
+  const Op* mul = &Get(trace, "mul_1_5:1");  // zeros, slice, slice, copy_, mul
   EXPECT_THAT(mul->parents, ElementsAre("copy__1_4:1"));
   EXPECT_EQ(mul->arg_sources[0].output_index, -1);
   EXPECT_TRUE(at::allclose(mul->out, testdata::Expected("pad_through_view").output(0)));
@@ -99,7 +100,7 @@ TEST(ValidateTest, BatchNormFiveTimesInALoopValidatesEveryFusedTransition) {
   EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
   EXPECT_THAT(report->state_transition_only, IsEmpty());
   for (int pass = 1; pass <= 5; ++pass) {
-    EXPECT_EQ((*trace.Find(absl::StrCat("batch_norm_1_2:", pass)))->pass, pass);
+    EXPECT_EQ(Get(trace, absl::StrCat("batch_norm_1_2:", pass)).pass, pass);
   }
 }
 
@@ -112,10 +113,10 @@ TEST(ValidateTest, DropoutReplaysUnderTheCapturedGeneratorState) {
     SCOPED_TRACE(seed);
     torch::manual_seed(seed);
     const Trace trace = Capture("dropout_train");
-    const Op* dropout = *trace.Find("dropout_1_3:1");
+    const Op* dropout = &Get(trace, "dropout_1_3:1");
     EXPECT_TRUE(dropout->rng_state.defined());
     // Every element was either dropped or scaled by 1 / (1 - 0.5).
-    const at::Tensor relu = (*trace.Find("relu_1_2:1"))->out;
+    const at::Tensor relu = Get(trace, "relu_1_2:1").out;
     const at::Tensor kept = dropout->out != 0;
     EXPECT_TRUE(at::allclose(dropout->out.masked_select(kept), 2 * relu.masked_select(kept)));
     if (((dropout->out == 0) & (relu > 0)).any().item<bool>()) ++seeds_that_dropped;
@@ -141,7 +142,7 @@ TEST(ValidateTest, TamperedOutputFails) {
 
 TEST(ValidateTest, TamperedRunningStatVersionFails) {
   Trace trace = Capture("bn2d_train");
-  const std::string label = (*trace.Find("bn.running_mean:2"))->label;
+  const std::string label = Get(trace, "bn.running_mean:2").label;
   trace = Changed(trace, label, [](Op& version) {
     version.out = version.out * 2 + 1;
     version.outs = {version.out};

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "graph/torch_load.h"
 #include "tools/cli_flags.h"
+#include "tools/flag_parser.h"
 #include "tools/serve/service.h"
 #include "torchlens_dispatch/load_model.h"
 
@@ -51,39 +52,33 @@ int main(int argc, char** argv) {
   int requests = 12;
   int workers = 4;
   std::set<int> capture = {2, 7};
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    std::string value;
-    if (const size_t eq = flag.find('='); eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    }
-    if (flag == "--model") {
-      model_path = UserPath(value);
-    } else if (flag == "--input_shape") {
-      input_shape = value;
-    } else if (flag == "--input_dir") {
-      input_dir = UserPath(value);
-    } else if (flag == "--out_dir") {
-      out_dir = UserPath(value);
-    } else if (flag == "--requests" && absl::SimpleAtoi(value, &requests) && requests > 0) {
-    } else if (flag == "--workers" && absl::SimpleAtoi(value, &workers) && workers > 0) {
-    } else if (flag == "--capture") {
-      capture.clear();
-      for (absl::string_view id : absl::StrSplit(value, ',', absl::SkipEmpty())) {
-        int n = 0;
-        if (!absl::SimpleAtoi(id, &n))
-          return Fail(absl::StrCat("--capture: \"", id, "\" is not a request id"));
-        capture.insert(n);
+  torchlens::FlagParser flags;
+  flags.String("model", &model_path);
+  flags.String("input_shape", &input_shape);
+  flags.String("input_dir", &input_dir);
+  flags.String("out_dir", &out_dir);
+  flags.Int("requests", &requests, 1);
+  flags.Int("workers", &workers, 1);
+  flags.Value("capture", [&](absl::string_view value) {
+    capture.clear();
+    for (absl::string_view id : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+      int n = 0;
+      if (!absl::SimpleAtoi(id, &n)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--capture: \"", id, "\" is not a request id"));
       }
-    } else {
-      return Fail(absl::StrCat("bad flag ", argv[i],
-                               "; flags: --model --input_shape --input_dir "
-                               "--out_dir --requests --workers --capture"));
+      capture.insert(n);
     }
+    return absl::OkStatus();
+  });
+  if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
+    return Fail(absl::StrCat(parsed.message(),
+                             "; flags: --model --input_shape --input_dir --out_dir --requests "
+                             "--workers --capture"));
   }
+  model_path = UserPath(model_path);
+  if (!input_dir.empty()) input_dir = UserPath(input_dir);
+  out_dir = UserPath(out_dir);
   absl::StatusOr<torch::jit::Module> model = torchlens::LoadTorchScript(model_path);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   model->eval();

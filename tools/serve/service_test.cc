@@ -66,8 +66,11 @@ TEST(ServiceTest, CapturesExactlyTheMarkedRequestsAndAnswersAllCorrectly) {
     absl::StatusOr<Trace> trace = LoadTrace(answer.trace_file);
     ASSERT_TRUE(trace.ok()) << trace.status();
     EXPECT_EQ(answer.captured_ops, 5);  // conv2d, batch_norm, relu, flatten, linear
-    EXPECT_TRUE(at::equal((*trace->Find("input_1"))->out, requests[answer.id].input));
-    EXPECT_TRUE(at::equal((*trace->Find("output_1"))->out, expected[answer.id]));
+    absl::StatusOr<const Op*> input = trace->Find("input_1");
+    absl::StatusOr<const Op*> output = trace->Find("output_1");
+    ASSERT_TRUE(input.ok() && output.ok()) << input.status() << output.status();
+    EXPECT_TRUE(at::equal((*input)->out, requests[answer.id].input));
+    EXPECT_TRUE(at::equal((*output)->out, expected[answer.id]));
     absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");

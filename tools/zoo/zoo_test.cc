@@ -106,8 +106,11 @@ std::string ModeCheck(const std::string& name, const std::string& mode, const st
   torch::manual_seed(0);
   const std::vector<at::Tensor> plain = Flatten(RunUnoptimized(*twin, inputs));
   std::vector<at::Tensor> captured;
-  for (const std::string& label : trace->output_labels())
-    captured.push_back((*trace->Find(label))->out);
+  for (const std::string& label : trace->output_labels()) {
+    absl::StatusOr<const Op*> output = trace->Find(label);
+    if (!output.ok()) return absl::StrCat(mode, ": ", output.status().message());
+    captured.push_back((*output)->out);
+  }
   if (captured.size() != plain.size()) {
     return absl::StrCat(mode, ": ", captured.size(), " outputs captured, ", plain.size(),
                         " returned");

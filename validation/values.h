@@ -1,0 +1,41 @@
+// What validation asks of saved values: how a recomputed value differs from a saved one,
+// how to perturb a parent's value to prove an edge, and whether a value is all finite.
+#ifndef TORCHLENS_VALIDATION_VALUES_H_
+#define TORCHLENS_VALIDATION_VALUES_H_
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+
+namespace torchlens {
+
+// nullopt when `actual` is bit-identical to `expected` (NOTE [Bitwise equality]);
+// otherwise what differs ("max abs difference 0.5", "shape [2] instead of [3]"). Never
+// throws.
+std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected);
+
+// NOTE [Perturbations that can prove]
+// Perturbing a parent proves an edge only when the op's output changes. Most ops react to
+// the first cheap perturbation (every element changed). Ops that test their input (a
+// comparison against a threshold, isnan, any) or that see NaN (where every arithmetic
+// perturbation stays NaN) may not, although they depend on it: for them a second round
+// tries values chosen without looking at the old ones (extremes, NaN, infinities, one
+// element changed, all true or all false). An edge that none of these changes is a
+// failure, except for a predicate or a parent holding non-finite values, where the
+// perturbations cannot be shown to reach the op's decision: such edges are reported as
+// unproved, never as failures.
+
+// The `attempt`-th perturbation (0, 1, ...) of a saved value, cheapest first; nullopt when
+// there are no more. Random ones draw from `generator`.
+std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
+                                       at::Generator& generator);
+
+// Whether every element of a floating or complex strided tensor is finite (true for other
+// tensors, and when the check itself fails).
+bool AllFinite(const at::Tensor& t);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_VALIDATION_VALUES_H_
