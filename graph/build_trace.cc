@@ -259,6 +259,14 @@ Trace BuildTrace(CaptureRecord record) {
   parts.has_saved_values = record.saved_values;
   parts.training = record.training;
   parts.stats = record.stats;
+  parts.partial_reason = record.partial_reason;
+  if (const size_t at = parts.partial_reason.find("{label}"); at != std::string::npos) {
+    parts.partial_reason.replace(
+        at, 7,
+        record.partial_node >= 0 && record.partial_node < static_cast<int32_t>(ops.size())
+            ? ops[record.partial_node].label
+            : std::string("the start"));
+  }
   parts.children_linked = true;
   return Trace::Assemble(std::move(parts));
 }

@@ -105,6 +105,11 @@ struct CaptureRecord {
   std::vector<AliasWriteRecord> alias_writes;
   std::vector<std::string> constant_addresses;
   std::vector<OpTiming> timings;  // op nodes, in order, when timed
+  // A capture that did not record everything (CaptureOptions::halt_after,
+  // max_saved_bytes): why, with "{label}" where the label of node `partial_node` goes.
+  std::string partial_reason;
+  int32_t partial_node = -1;
+  bool budget_exceeded = false;  // saving stopped at the memory budget
   // (input node, op node): the op wrote the caller's input tensor, directly or through a
   // view (it becomes a trace diagnostic).
   std::vector<std::pair<int32_t, int32_t>> written_inputs;

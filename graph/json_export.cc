@@ -75,6 +75,7 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
   root["version"] = kJsonSchemaVersion;
   root["training"] = trace.training();
   root["has_saved_values"] = trace.has_saved_values();
+  root["partial_reason"] = trace.partial_reason();
   Json& ops = root["ops"] = Json::array();
   for (const Op& op : trace.ops()) {
     Json node;

@@ -4,6 +4,7 @@
 //   {
 //     "schema": "torchlens.trace.json", "version": 1,
 //     "training": bool, "has_saved_values": bool,
+//     "partial_reason": "" for a complete trace, else why it is partial,
 //     "ops": [ {the metadata fields of NOTE [One Op field table] (graph/op_fields.h),
 //               in its order: "label", "type", ..., with
 //               "buffer_write_kind": null | "reassign" | "inplace" | "fused",

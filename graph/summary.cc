@@ -53,6 +53,14 @@ std::string FormatSummary(const Trace& trace) {
   absl::StrAppend(&out, "Ops: ", trace.ops().size(), " nodes (", compute, " ops, ",
                   trace.buffer_read_ops().size() + trace.buffer_write_ops().size(),
                   " buffer versions), ", trace.training() ? "training" : "eval", " mode\n");
+  if (trace.partial()) absl::StrAppend(&out, "Partial trace: ", trace.partial_reason(), "\n");
+  int unsaved = 0;
+  for (const Op& op : trace.ops())
+    unsaved += trace.has_saved_values() && op.is_compute() && !op.saved();
+  if (unsaved > 0) {
+    absl::StrAppend(&out, "Values saved for ", compute - unsaved, " of ", compute,
+                    " ops (selective saving or the memory budget)\n");
+  }
   Table ops;
   ops.Add({"label", "type", "shape", "dtype", "module", "parents"});
   for (const Op& op : trace.ops()) {

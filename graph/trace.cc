@@ -104,7 +104,8 @@ Trace::Trace(const Trace& other)
       diagnostics_(other.diagnostics_),
       has_saved_values_(other.has_saved_values_),
       training_(other.training_),
-      stats_(other.stats_) {
+      stats_(other.stats_),
+      partial_reason_(other.partial_reason_) {
   Relink();
 }
 
@@ -136,6 +137,7 @@ Trace Trace::Assemble(TraceParts parts) {
   trace.has_saved_values_ = parts.has_saved_values;
   trace.training_ = parts.training;
   trace.stats_ = parts.stats;
+  trace.partial_reason_ = std::move(parts.partial_reason);
   if (!parts.children_linked) {
     const absl::flat_hash_map<absl::string_view, int>& labels = trace.by_label();
     for (Op& op : trace.ops_) {
@@ -170,6 +172,7 @@ TraceParts Trace::Parts() const {
   parts.has_saved_values = has_saved_values_;
   parts.training = training_;
   parts.stats = stats_;
+  parts.partial_reason = partial_reason_;
   parts.children_linked = true;
   return parts;
 }

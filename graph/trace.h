@@ -169,6 +169,11 @@ struct Op {
   // (its `address` names it), a TorchScript constant, or a parameter returned as an output.
   bool is_constant() const { return kind == OpKind::kConstant; }
   bool is_compute() const { return kind == OpKind::kOp; }
+  // Whether the capture kept this node's values (outputs, or the arguments that re-run
+  // it). False for every node of a trace captured without saved values, and in a trace
+  // with them for the ops that selective saving left out or that ran after the memory
+  // budget was reached (NOTE [Selective saving] in torchlens_dispatch/capture_options.h).
+  bool saved() const { return out.defined() || !outs.empty() || !creation_args.empty(); }
 };
 
 // The value a reader of output `output_index` of `op` sees: `op.outs[k]` for k >= 0 (or
@@ -234,6 +239,8 @@ struct TraceParts {
   bool has_saved_values = false;
   bool training = false;
   CaptureStats stats;
+  // Empty for a complete trace; otherwise why it is partial (see Trace::partial).
+  std::string partial_reason;
   // Whether every op's `children`, `parent_indices` and `child_indices` are already filled
   // in (the trace builder does it while labelling; forks copy them); otherwise Assemble
   // computes them from the parents' labels.
@@ -268,6 +275,11 @@ class Trace {
   bool has_saved_values() const { return has_saved_values_; }
   // Whether the model ran in training mode during capture.
   bool training() const { return training_; }
+  // Whether the trace holds less than the whole forward pass: it stopped early
+  // (CaptureOptions::halt_after) or stopped saving at the memory budget; the reason says
+  // which, and at which node.
+  bool partial() const { return !partial_reason_.empty(); }
+  const std::string& partial_reason() const { return partial_reason_; }
   const CaptureStats& capture_stats() const { return stats_; }
   // Position of `op` in `ops()`; -1 if it does not belong to this trace.
   int IndexOf(const Op* op) const;
@@ -311,6 +323,7 @@ class Trace {
   bool has_saved_values_ = false;
   bool training_ = false;
   CaptureStats stats_;
+  std::string partial_reason_;
   // Null only in a moved-from trace. Replaced whenever the ops change (`Relink`).
   std::unique_ptr<LabelIndex> label_index_ = std::make_unique<LabelIndex>();
 };

@@ -390,6 +390,8 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes) {
     TraceParts parts;
     parts.training = r.Bool(root, "training");
     parts.has_saved_values = r.Bool(root, "has_saved_values");
+    // Absent from files of torchlens before early stop and the memory budget: complete.
+    if (root.contains("partial_reason")) parts.partial_reason = r.String(root, "partial_reason");
     const c10::ArrayRef<c10::IValue> ops = r.ListOf(root, "ops");
     for (size_t i = 0; i < ops.size(); ++i) parts.ops.push_back(OpFromIValue(ops[i], version, i));
     for (const c10::IValue& v : r.ListOf(root, "buffers")) {
@@ -461,6 +463,7 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
   root.insert("version", static_cast<int64_t>(kTraceFileVersion));
   root.insert("training", trace.training());
   root.insert("has_saved_values", trace.has_saved_values());
+  root.insert("partial_reason", trace.partial_reason());
   List ops = NewList();
   for (const Op& op : trace.ops()) ops.push_back(OpToIValue(op));
   root.insert("ops", ops);

@@ -7,7 +7,8 @@
 //          t["ops"][1]["out"]  # the saved tensor
 //
 // The file is what `torch::pickle_save` writes (the zip format of `torch.save`): a dict with
-// "format", "version", "training", "has_saved_values", and lists "ops", "buffers",
+// "format", "version", "training", "has_saved_values", "partial_reason" (empty for a
+// complete trace; files without it load as complete), and lists "ops", "buffers",
 // "modules", "params", "diagnostics", plus "capture_stats". Each op is a dict with the
 // fields of NOTE [One Op field table] (graph/op_fields.h) under the names of `Op`'s
 // members, in its order, and "creation_args_complete" (false when an argument could not be

@@ -253,6 +253,18 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
       {"capture_unsaved", [&] { (void)TraceModule(model, inputs, unsaved); }, {}},
       {"capture", [&] { (void)TraceModule(model, inputs); }, {}},
   };
+  // Service capture (README "Capture in a service: save less, stop early, bound memory"):
+  // one module's values saved, and a forward halted after the first block.
+  CaptureOptions save_layer4;
+  save_layer4.save_modules = {"layer4"};
+  CaptureOptions halt_first_block;
+  halt_first_block.halt_after = "layer1.0";
+  if (reference->modules().count("layer4") > 0 && reference->modules().count("layer1.0") > 0) {
+    configs.push_back(
+        {"capture_layer4", [&] { (void)TraceModule(model, inputs, save_layer4); }, {}});
+    configs.push_back(
+        {"halt_layer1.0", [&] { (void)TraceModule(model, inputs, halt_first_block); }, {}});
+  }
   if (spec.full) {
     configs.push_back({"validate", [&] { (void)ValidateForwardPass(*reference); }, {}});
     configs.push_back({"validate_2_threads",
@@ -303,6 +315,8 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
                           {"recorded_ops", user_ops}, {"repeats", repeats}};
     if (config.name.rfind("capture", 0) == 0) {
       row["added_us_per_op"] = (median - plain) / static_cast<double>(user_ops);
+    }
+    if (config.name == "capture" || config.name == "capture_unsaved") {
       const int64_t peak = config.name == "capture" ? capture_peak : unsaved_peak;
       row["peak_above_plain_bytes"] = peak - plain_peak;
       if (config.name == "capture") {

@@ -19,7 +19,9 @@ const char kUsage[] =
     "                 [--validate] [--edit LABEL=VALUE ...] [--render FILE.svg|png|pdf]\n"
     "                 [--show_buffers never|meaningful|always] [--json FILE] [--save FILE]\n"
     "                 [--compare TRACE | --compare_model FILE.pt] [--hash] [--non_finite]\n"
-    "                 [--chrome_trace FILE.json]\n"
+    "                 [--chrome_trace FILE.json] [--save_modules M,... --save_types T,...\n"
+    "                 --save_labels L,...] [--halt_after M|LABEL]\n"
+    "                 [--max_saved_bytes N [--partial_on_budget]]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
     "buffers. Without --model it traces the demo model bundled with the binary (its\n"
@@ -48,7 +50,14 @@ const char kUsage[] =
     "  --hash              print the structure hash (the same for any inputs of these\n"
     "                      shapes; it changes when an op, edge, shape or module does)\n"
     "  --non_finite        print the first op whose output holds NaN or Inf\n"
-    "  --chrome_trace F    time every op and write a Chrome trace (Perfetto) to F\n";
+    "  --chrome_trace F    time every op and write a Chrome trace (Perfetto) to F\n"
+    "  --save_modules M,.. save values only of ops in these modules (and under them),\n"
+    "  --save_types T,...  of these op types (conv2d, relu),\n"
+    "  --save_labels L,... or with these labels; the other ops keep their metadata\n"
+    "  --halt_after X      stop the forward after module X's call or after label X;\n"
+    "                      the buffers are put back as they were before it\n"
+    "  --max_saved_bytes N stop saving at N bytes of saved values: an error, or with\n"
+    "  --partial_on_budget the trace so far marked partial\n";
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text) {
   if (text.empty()) {
@@ -120,6 +129,12 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   flags.String("compare", &options.compare_trace);
   flags.String("compare_model", &options.compare_model);
   flags.String("chrome_trace", &options.chrome_trace);
+  flags.List("save_modules", &options.save_modules);
+  flags.List("save_types", &options.save_types);
+  flags.List("save_labels", &options.save_labels);
+  flags.String("halt_after", &options.halt_after);
+  flags.Int("max_saved_bytes", &options.max_saved_bytes, 0);
+  flags.Switch("partial_on_budget", &options.partial_on_budget);
   flags.Value("render", [&](absl::string_view v) {
     if (!absl::EndsWithIgnoreCase(v, ".svg") && !absl::EndsWithIgnoreCase(v, ".png") &&
         !absl::EndsWithIgnoreCase(v, ".pdf")) {
@@ -178,6 +193,9 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       !options.save_activations) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.non_finite ? "--non_finite" : "--compare", " needs saved values; drop --no_save"));
+  }
+  if (options.partial_on_budget && options.max_saved_bytes < 0) {
+    return absl::InvalidArgumentError("--partial_on_budget needs --max_saved_bytes");
   }
   if (!options.input_shapes.empty() && !options.input_file.empty()) {
     return absl::InvalidArgumentError("give --input_shape or --input, not both");

@@ -216,6 +216,24 @@ conv = ops["conv2d_1_2:1"]
 assert stem and stem[0]["ts"] <= conv["ts"] and conv["ts"] + conv["dur"] <= stem[0]["ts"] + stem[0]["dur"] + 1e-3, (stem, conv)
 PY
 
+# Capture in a service (README "Capture in a service: save less, stop early, bound
+# memory"): selective saving validates what it saved, a halted forward is a partial trace,
+# the memory budget is an error or a partial trace.
+"$TOOL" --save_modules block1 --validate >"$TEST_TMPDIR/sel.txt" 2>"$TEST_TMPDIR/err" ||
+  fail "--save_modules --validate failed: $(cat "$TEST_TMPDIR/err") $(grep FAIL "$TEST_TMPDIR/sel.txt")"
+grep -q "^Values saved for [0-9]* of [0-9]* ops" "$TEST_TMPDIR/sel.txt" || fail "--save_modules: no count of saved ops"
+grep -q "^Validation: PASSED" "$TEST_TMPDIR/sel.txt" || fail "--save_modules: validation did not pass"
+grep -q "^  not checked (no saved values): .*conv2d_1_2:1" "$TEST_TMPDIR/sel.txt" ||
+  fail "--save_modules: the stem's conv2d is not listed as not checked"
+"$TOOL" --halt_after block1 >"$TEST_TMPDIR/halt.txt" 2>"$TEST_TMPDIR/err" || fail "--halt_after failed: $(cat "$TEST_TMPDIR/err")"
+grep -q "^Partial trace: the forward was halted when module 'block1' had finished" "$TEST_TMPDIR/halt.txt" ||
+  fail "--halt_after: no partial reason: $(head -3 "$TEST_TMPDIR/halt.txt")"
+grep -q "conv2d_3_" "$TEST_TMPDIR/halt.txt" && fail "--halt_after block1: block2's conv2d ran"
+expect_error "budget" "CaptureOptions::max_saved_bytes" --max_saved_bytes 1000
+"$TOOL" --max_saved_bytes 1000 --partial_on_budget >"$TEST_TMPDIR/budget.txt" 2>&1 || fail "--partial_on_budget failed"
+grep -q "^Partial trace: saving stopped at " "$TEST_TMPDIR/budget.txt" || fail "--partial_on_budget: no partial reason"
+expect_error "partial without budget" "--partial_on_budget needs --max_saved_bytes" --partial_on_budget
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1

@@ -216,6 +216,12 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
   CaptureOptions capture;
   capture.save_activations = options->save_activations;
   capture.time_ops = !options->chrome_trace.empty();
+  capture.save_modules = options->save_modules;
+  capture.save_types = options->save_types;
+  capture.save_labels = options->save_labels;
+  capture.halt_after = options->halt_after;
+  capture.max_saved_bytes = options->max_saved_bytes;
+  capture.partial_on_budget = options->partial_on_budget;
   std::vector<c10::IValue> second_inputs;
   if (!options->compare_model.empty()) second_inputs = CloneInputs(inputs);
   absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture);
@@ -261,6 +267,11 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     }
     for (const std::string& line : report->unproved) {
       absl::StrAppend(&summary, "  unproved edge: ", line, "\n");
+    }
+    if (!report->not_checked.empty()) {
+      absl::StrAppend(&summary,
+                      "  not checked (no saved values): ", absl::StrJoin(report->not_checked, ", "),
+                      "\n");
     }
     for (const std::string& failure : report->failures) {
       absl::StrAppend(&summary, "  FAIL ", failure, "\n");

@@ -28,6 +28,13 @@ BufferJournal::BufferJournal(const ModelLayout& layout, RecordAppender* record, 
     if (tensor.defined()) state.latest = Snapshot(tensor);
     record_->record().buffers.push_back(BufferRecord{entry.address, entry.module, state.latest});
     if (!tensor.defined()) continue;  // a slot holding None
+    state.original = tensor;
+    if (tensor.has_storage()) {
+      state.original_storage = tensor.storage();
+      state.original_offset = tensor.storage_offset();
+      state.original_sizes = tensor.sizes().vec();
+      state.original_strides = tensor.strides().vec();
+    }
     SetHolder(static_cast<int32_t>(i), tensor);
     if (entry.assigned_in_code) assigned_.push_back(static_cast<int32_t>(i));
   }
@@ -215,8 +222,37 @@ int32_t BufferJournal::AddVersion(int32_t buffer, std::optional<WriteKind> kind,
   return state.version;
 }
 
+void BufferJournal::RestoreInitialState() {
+  restored_ = true;
+  const CaptureRecord& record = record_->record();
+  for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
+    State& state = buffers_[buffer];
+    if (!state.original.defined()) continue;
+    if (state.entry->owner != nullptr &&
+        CurrentBuffer(*state.entry).unsafeGetTensorImpl() != state.original.unsafeGetTensorImpl()) {
+      state.entry->owner->setSlot(state.entry->slot, state.original);  // undo `self.h = t`
+    }
+    at::Tensor& tensor = state.original;
+    if (state.original_storage &&
+        (!tensor.has_storage() || !tensor.storage().is_alias_of(state.original_storage) ||
+         tensor.storage_offset() != state.original_offset ||
+         tensor.sizes() != c10::IntArrayRef(state.original_sizes))) {
+      tensor.set_(state.original_storage, state.original_offset, state.original_sizes,
+                  state.original_strides);  // undo set_
+    }
+    const at::Tensor& initial = record.buffers[buffer].initial_value;
+    if (initial.defined()) tensor.detach().copy_(initial);
+  }
+}
+
 absl::Status BufferJournal::Finish(bool allow_unjournaled) {
   CaptureRecord& record = record_->record();
+  if (restored_) {
+    for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
+      record.buffers[buffer].final_value = buffers_[buffer].latest;
+    }
+    return absl::OkStatus();
+  }
   // NOTE [Unjournaled buffer changes]
   // A buffer whose value at the end differs from its last recorded version changed in a
   // way capture could not see (set_data, a raw write): Finish reports it (README

@@ -83,10 +83,18 @@ class BufferJournal {
   // the change as a diagnostic instead. Then each buffer's final value goes into the
   // record.
   absl::Status Finish(bool allow_unjournaled);
+  // The buffers as they were when the journal started: each slot holds its tensor of then
+  // again, in its storage of then, with its value of then (an early stop leaves no
+  // half-updated state). Journals nothing; Finish then checks no unjournaled change.
+  void RestoreInitialState();
 
  private:
   struct State {
-    const ModelLayout::BufferEntry* entry;      // in the layout
+    const ModelLayout::BufferEntry* entry;  // in the layout
+    at::Tensor original;                    // the registered tensor when the journal started
+    c10::Storage original_storage;          // and its place then
+    int64_t original_offset = 0;
+    std::vector<int64_t> original_sizes, original_strides;
     at::Tensor holder;                          // the registered tensor as last seen
     std::vector<at::Tensor> former_holders;     // kept alive: see NOTE [Tensor identity]
     const c10::StorageImpl* storage = nullptr;  // where `holder` is indexed
@@ -120,6 +128,7 @@ class BufferJournal {
   std::vector<int32_t> assigned_;  // buffers whose slot some method's code assigns
   absl::flat_hash_map<const c10::StorageImpl*, absl::InlinedVector<int32_t, 1>> storages_;
   absl::InlinedVector<PendingWrite, 4> pending_;
+  bool restored_ = false;
 };
 
 }  // namespace torchlens

@@ -92,8 +92,18 @@ absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
   absl::StatusOr<CaptureRecord> record = state_->recorder.Finish(outputs);
   state_->End();
   if (!record.ok()) return record.status();
-  return BuildTrace(*std::move(record));
+  const bool over_budget = record->budget_exceeded;
+  Trace trace = BuildTrace(*std::move(record));
+  if (over_budget && !state_->recorder.options().partial_on_budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        trace.partial_reason(),
+        ". Raise CaptureOptions::max_saved_bytes, save fewer ops (save_modules, save_types, "
+        "save_labels, save_if), or set partial_on_budget to get this partial trace"));
+  }
+  return trace;
 }
+
+bool CaptureGuard::halted() const { return state_ != nullptr && state_->recorder.halted(); }
 
 absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
                                   CaptureOptions options) {
@@ -104,6 +114,8 @@ absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IV
   try {
     outputs = RunUnoptimized(model, std::move(inputs));  // NOTE [Stable plans]
   } catch (const std::exception& e) {
+    // CaptureOptions::halt_after stopped the forward: the trace so far.
+    if (guard.halted()) return guard.Finish(c10::IValue());
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     const ScriptError error = ParseInterpreterError(
         c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());

@@ -76,6 +76,9 @@ class CaptureGuard {
   // False for an inert guard (another guard was capturing on this thread) and for a
   // refused model (it forks work onto other threads).
   bool active() const;
+  // Whether CaptureOptions::halt_after stopped the forward (Finish then returns the trace
+  // so far, marked partial).
+  bool halted() const;
 
  private:
   struct State;

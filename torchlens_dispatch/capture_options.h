@@ -2,7 +2,29 @@
 #ifndef TORCHLENS_DISPATCH_CAPTURE_OPTIONS_H_
 #define TORCHLENS_DISPATCH_CAPTURE_OPTIONS_H_
 
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace torchlens {
+
+// What selective saving and early stop know about an op when they decide.
+struct OpQuery {
+  std::string_view label;           // "relu_1_2:1", as the trace will name it
+  std::string_view type;            // "relu"
+  std::string_view module_address;  // the innermost module that runs it ("" the root)
+  std::string_view func_name;       // "aten::relu"
+};
+
+// What a forward halted by CaptureOptions::halt_after throws from the op where it stops
+// (in C++ code; TorchScript's interpreter rethrows it as an error of its own).
+class CaptureHalted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct CaptureOptions {
   // Keep every op's output and the argument values needed to re-run it (replay,
@@ -15,6 +37,36 @@ struct CaptureOptions {
   // Time every user-level op (`Op::start_ns`, `Op::duration_ns`): two clock reads per op,
   // so off by default. Times include the op's nested calls and the capture's own work.
   bool time_ops = false;
+
+  // NOTE [Selective saving]
+  // With save_activations, when any of the four below is set, only the ops they select
+  // keep their values (outputs, and the argument values that re-run them); every op stays
+  // a node with its metadata. An op is selected when it runs in one of `save_modules` (a
+  // module and everything under it: "layer4"), is of one of `save_types` ("conv2d"), has
+  // one of `save_labels` (labels are the same from capture to capture of one model on
+  // inputs of the same shapes), or `save_if` returns true for it. Buffer versions,
+  // inputs and outputs are always saved. Validation checks the selected ops and lists the
+  // others as not checked; an intervention needs saved values for the ops in its cone.
+  std::vector<std::string> save_modules;
+  std::vector<std::string> save_types;
+  std::vector<std::string> save_labels;
+  std::function<bool(const OpQuery&)> save_if;
+
+  // Early stop: the forward stops right after the first op with this label, or the last
+  // op of this module's first call (give a label or a module address). The capture then
+  // restores every registered buffer to its value before the forward (a halted forward
+  // leaves no half-updated BatchNorm state behind) and its trace is marked partial.
+  // `TraceModule` returns that trace; under a CaptureGuard the forward throws (catch it,
+  // then call Finish). Parameters written in place by the forward are not restored.
+  std::string halt_after;
+
+  // Memory budget: the bytes of saved values (each saved tensor's elements) may not pass
+  // this; -1 for no limit. When a capture would, it stops saving, and Finish returns
+  // kResourceExhausted naming the op where it stopped, or with `partial_on_budget` the
+  // trace (saved values up to there, metadata for all) marked partial. The model computes
+  // what it would have either way.
+  int64_t max_saved_bytes = -1;
+  bool partial_on_budget = false;
 };
 
 }  // namespace torchlens

@@ -15,6 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "graph/build_trace.h"
+#include "graph/label.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
@@ -83,6 +85,18 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   layers_.reserve(last.layers.load(kRelaxed));
   layer_of_class_.assign(last.layer_classes.load(kRelaxed), -1);
   record_.Reserve(last);
+  // See NOTE [Selective saving].
+  selective_ = options_.save_activations &&
+               (!options_.save_modules.empty() || !options_.save_types.empty() ||
+                !options_.save_labels.empty() || options_.save_if != nullptr);
+  if (options_.halt_after.find(':') != std::string::npos) {
+    halt_label_ = options_.halt_after;
+  } else if (!options_.halt_after.empty()) {
+    auto it = layout_->module_ids.find(options_.halt_after);
+    if (it != layout_->module_ids.end()) halt_module_ = it->second;
+  }
+  labels_needed_ = !halt_label_.empty() ||
+                   (selective_ && (!options_.save_labels.empty() || options_.save_if != nullptr));
   // Parameters are recognised on first use (AddUnseen), not registered one by one here:
   // see NOTE [Model layouts].
   for (const ModelLayout::AttributeEntry& attribute : layout_->tensor_attributes) {
@@ -110,6 +124,8 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
     info.fused = FindFusedMutator(schema.name());
     info.symbol = c10::Symbol::fromQualString(schema.name());
     info.random = ConsumesRandomness(op);
+    info.type = OpTypeName(op.operator_name());
+    if (labels_needed_) info.type_id = numbering_.TypeId(info.type);
     for (const c10::Argument& ret : schema.returns()) {
       if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) info.returns_view = true;
     }
@@ -149,6 +165,10 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     op.redispatchBoxed(keys & kBelowCaptureKey, stack);
     return;
   }
+  if (prepared.halt_before) {
+    record_.DropArguments(node);
+    Halt(static_cast<int32_t>(record_.record().nodes.size()) - 1);
+  }
 
   const int64_t start_ns = options_.time_ops ? NowNs() : 0;
   try {
@@ -172,12 +192,15 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   }
 
   const int64_t end_ns = options_.time_ops ? NowNs() : 0;
+  int32_t index = -1;
   try {
-    const int32_t index = Record(node, prepared, stack);
+    index = Record(node, prepared, stack);
     if (options_.time_ops) record_.record().timings.push_back(OpTiming{index, start_ns, end_ns});
   } catch (const std::exception& e) {
     Abandon(e);
+    return;
   }
+  if (prepared.halt_after) Halt(index);
 }
 
 Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit::Stack* stack,
@@ -193,7 +216,23 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
       sources.push_back(Resolve(tensor, &prepared.touches_buffer, &prepared.owner_module));
     });
   }
-  if (options_.save_activations) {
+  prepared.symbol = info->symbol;
+  Identify(*info, node, &prepared);
+  if (prepared.halt_before) return prepared;
+  if (selective_ && prepared.save) {
+    // An argument whose producer was not saved (NOTE [Selective saving]) is saved now,
+    // its value as this op reads it.
+    size_t s = 0;
+    for (const c10::IValue& arg : args) {
+      ForEachTensor(arg, [&](const at::Tensor& tensor) {
+        SourceRecord& source = sources[s++];
+        if (source.slot >= 0 || !tensor.defined()) return;
+        source.slot = Save(tensor);
+        if (TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl())) entry->slot = source.slot;
+      });
+    }
+  }
+  if (prepared.save) {
     for (const c10::IValue& arg : args) {
       // Lists are shared and mutable: TorchScript code may append to one after the call
       // (DenseNet appends to the list it passed to aten::cat). Keep the call's contents.
@@ -225,7 +264,7 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
     }
   }
   prepared.observe_nested = prepared.touches_buffer || fused;
-  if (info->random && options_.save_activations) {
+  if (info->random && prepared.save) {
     // Replay draws the same numbers from this state (validation/replay.h).
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -234,7 +273,6 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   // Copied out: nested calls may add to op_infos_ and move `*info`.
   prepared.op_index = info->index;
   prepared.num_returns = info->num_returns;
-  prepared.symbol = info->symbol;
   if (info->returns_view && !options_.save_activations) {
     for (const c10::IValue& arg : args) {
       ForEachTensor(arg, [&](const at::Tensor& t) {
@@ -245,26 +283,82 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   return prepared;
 }
 
+void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepared) {
+  const ScriptSite site = layout_->torchscript ? script_sites_.Current(info.symbol) : ScriptSite{};
+  node->module = site.in_script ? site.module : std::max<int32_t>(prepared->owner_module, 0);
+  if (site.in_script && site.unknown_instance && prepared->owner_module >= 0 &&
+      IsWithin(prepared->owner_module, site.module)) {
+    // TorchScript could not name the submodule (a ModuleList iterated in a loop): the
+    // module owning the parameters or buffers the op reads names it.
+    node->module = prepared->owner_module;
+  }
+  node->op = info.index;
+  node->layer = LayerOf(node->module, info.index, site);
+  prepared->save = options_.save_activations && !over_budget_;
+  if (options_.max_saved_bytes >= 0 && saved_bytes_ > options_.max_saved_bytes && prepared->save) {
+    over_budget_ = true;  // NOTE [Selective saving]: from here on, metadata only
+    prepared->save = false;
+  }
+  if (halt_module_ >= 0) {
+    const bool inside = node->module == halt_module_ || IsWithin(node->module, halt_module_);
+    if (inside) halt_module_entered_ = true;
+    prepared->halt_before = !inside && halt_module_entered_;
+  }
+  if (!labels_needed_ && !selective_) return;
+  std::string label;
+  if (labels_needed_) {
+    const LayerNumbering::Numbers numbers = numbering_.Next(node->layer, info.type_id);
+    label = LayerPassLabel(info.type, numbers.type_index, numbers.step_index, numbers.pass);
+    prepared->halt_after = label == halt_label_;
+  }
+  if (!selective_ || !prepared->save) return;
+  // See NOTE [Selective saving].
+  const std::string& module = module_addresses_.Address(node->module);
+  auto within = [&](const std::string& outer) {
+    return outer.empty() || module == outer ||
+           (module.size() > outer.size() && module.compare(0, outer.size(), outer) == 0 &&
+            module[outer.size()] == '.');
+  };
+  prepared->save =
+      std::any_of(options_.save_modules.begin(), options_.save_modules.end(), within) ||
+      std::find(options_.save_types.begin(), options_.save_types.end(), info.type) !=
+          options_.save_types.end() ||
+      std::find(options_.save_labels.begin(), options_.save_labels.end(), label) !=
+          options_.save_labels.end() ||
+      (options_.save_if != nullptr &&
+       options_.save_if(
+           OpQuery{label, info.type, module, record_.record().operators[info.index].name}));
+}
+
+void Recorder::Halt(int32_t node) {
+  // The forward stops here: the model's buffers go back to their values before it, and
+  // the capture records nothing more.
+  halted_ = true;
+  inert_ = true;
+  journal_.RestoreInitialState();
+  CaptureRecord& record = record_.record();
+  record.partial_node = node;
+  record.partial_reason =
+      halt_label_.empty()
+          ? absl::StrCat("the forward was halted when module '", options_.halt_after,
+                         "' had finished (CaptureOptions::halt_after); the trace ends at {label}")
+          : absl::StrCat(
+                "the forward was halted right after {label} "
+                "(CaptureOptions::halt_after)");
+  throw CaptureHalted(absl::StrCat("torchlens: forward halted by CaptureOptions::halt_after (",
+                                   options_.halt_after, ")"));
+}
+
 int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack) {
   NoCapture no_capture(kCaptureKey);
   record_.PrefetchAhead();
-  const ScriptSite site =
-      layout_->torchscript ? script_sites_.Current(prepared.symbol) : ScriptSite{};
-  node.module = site.in_script ? site.module : std::max<int32_t>(prepared.owner_module, 0);
-  if (site.in_script && site.unknown_instance && prepared.owner_module >= 0 &&
-      IsWithin(prepared.owner_module, site.module)) {
-    // TorchScript could not name the submodule (a ModuleList iterated in a loop): the
-    // module owning the parameters or buffers the op reads names it.
-    node.module = prepared.owner_module;
-  }
-  node.op = prepared.op_index;
-  node.layer = LayerOf(node.module, prepared.op_index, site);
   const int32_t index = record_.AddOp(node);
+  if (over_budget_ && record_.record().partial_node < 0) record_.record().partial_node = index;
   const c10::ArrayRef<c10::IValue> returns = torch::jit::last(*stack, prepared.num_returns);
   int32_t output_index = 0;
   for (const c10::IValue& value : returns) {
     ForEachTensor(value, [&](const at::Tensor& tensor) {
-      RecordOpOutput(index, output_index++, tensor, prepared.touches_buffer);
+      RecordOpOutput(index, output_index++, tensor, prepared.touches_buffer, prepared.save);
     });
   }
   if (!prepared.view_bases.empty()) {
@@ -400,6 +494,7 @@ int32_t Recorder::Save(const at::Tensor& tensor, const c10::TensorImpl* live) {
   }
   // Saved values never hold the user's autograd graph alive.
   const int32_t slot = record_.AddSlot(tensor.requires_grad() ? tensor.detach() : tensor);
+  if (options_.max_saved_bytes >= 0) saved_bytes_ += static_cast<int64_t>(tensor.nbytes());
   if (tensor.has_storage()) {
     storages_[tensor.storage().unsafeGetStorageImpl()].saved.push_back(
         SavedValue{slot, live != nullptr ? live : tensor.unsafeGetTensorImpl()});
@@ -408,8 +503,8 @@ int32_t Recorder::Save(const at::Tensor& tensor, const c10::TensorImpl* live) {
 }
 
 void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
-                              bool touches_buffer) {
-  const int32_t slot = options_.save_activations && tensor.defined() ? Save(tensor) : -1;
+                              bool touches_buffer, bool save) {
+  const int32_t slot = save && tensor.defined() ? Save(tensor) : -1;
   if (slot >= 0) {
     if (slot >= static_cast<int32_t>(slot_producers_.size())) {
       slot_producers_.resize(record_.num_slots(), {-1, 0});

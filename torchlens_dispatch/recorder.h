@@ -95,6 +95,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "graph/capture_record.h"
+#include "graph/layer_numbering.h"
 #include "torchlens_dispatch/buffer_journal.h"
 #include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/model_layout.h"
@@ -132,6 +133,10 @@ class Recorder : private BufferJournal::Tensors {
   // reassignment]).
   void OnAttributeAssigned();
 
+  // Whether the forward was stopped by CaptureOptions::halt_after (it threw CaptureHalted).
+  bool halted() const { return halted_; }
+  const CaptureOptions& options() const { return options_; }
+
  private:
   // Runs the recorder's own tensor operations (clones, comparisons, detach) without
   // capturing them.
@@ -148,6 +153,8 @@ class Recorder : private BufferJournal::Tensors {
     // Consumes randomness: tagged nondeterministic_seeded or takes a Generator.
     bool random = false;
     bool returns_view = false;  // a return aliases an argument (select, view, transpose)
+    std::string type;           // "add", as labels name it (OpTypeName)
+    int32_t type_id = -1;       // in numbering_, when labels are computed while capturing
   };
   struct TensorEntry {
     int32_t node = -1;  // producing node; -1: a parameter, or a buffer not yet read
@@ -191,6 +198,9 @@ class Recorder : private BufferJournal::Tensors {
   struct PreparedOp {
     bool touches_buffer = false;
     bool observe_nested = false;
+    bool save = false;         // keep its values (NOTE [Selective saving])
+    bool halt_before = false;  // CaptureOptions::halt_after: stop before it runs
+    bool halt_after = false;   // and after it ran
     // Without saved values, a view op's tensor arguments (see IndexAliases).
     absl::InlinedVector<at::Tensor, 1> view_bases;
     int32_t owner_module = -1;
@@ -218,7 +228,12 @@ class Recorder : private BufferJournal::Tensors {
   TensorEntry* AddShallowCopy(const at::Tensor& tensor);
   int32_t AddInputNode(const at::Tensor& tensor);
   void RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
-                      bool touches_buffer);
+                      bool touches_buffer, bool save);
+  // Which op this is (module, layer) and what the capture does with it (NOTE [Selective
+  // saving], early stop, the memory budget); part of Prepare.
+  void Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepared);
+  // Stops the forward (CaptureOptions::halt_after): restores the buffers and throws.
+  [[noreturn]] void Halt(int32_t node);
   // A new slot for `tensor`, registered for copy-on-write as the saved value of `live`
   // (the tensor itself by default; see SavedValue).
   int32_t Save(const at::Tensor& tensor, const c10::TensorImpl* live = nullptr);
@@ -298,6 +313,17 @@ class Recorder : private BufferJournal::Tensors {
   absl::flat_hash_map<LayerKey, int32_t> layers_;
   std::vector<int32_t> layer_of_class_;  // by NOTE [Layer classes] number; -1: not run yet
   int32_t next_layer_ = 0;
+
+  // NOTE [Selective saving] and early stop.
+  bool selective_ = false;      // some save_* option is set
+  bool labels_needed_ = false;  // labels are computed while capturing
+  std::string halt_label_;      // CaptureOptions::halt_after, when it is a label
+  int32_t halt_module_ = -1;    // or a module (id), entered once ops ran in it
+  bool halt_module_entered_ = false;
+  bool halted_ = false;
+  LayerNumbering numbering_;
+  int64_t saved_bytes_ = 0;  // of activations Save kept (CaptureOptions::max_saved_bytes)
+  bool over_budget_ = false;
   // Last: its constructor registers the buffers' tensors in the tables above.
   BufferJournal journal_;
 };

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/recorder.h"
@@ -26,14 +27,27 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   if (finished_) return absl::FailedPreconditionError("the capture already finished");
   finished_ = true;
   if (!failure_.ok()) return failure_;
-  journal_.CheckAll();
+  if (!options_.halt_after.empty() && halt_label_.empty() && halt_module_ < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CaptureOptions::halt_after is \"", options_.halt_after,
+        "\", which is neither a module address of this model (named_modules() names them) "
+        "nor an op label (labels end in ':' and a pass, \"relu_1_2:1\")"));
+  }
+  CaptureRecord& record = record_.record();
+  if (over_budget_) {
+    record.budget_exceeded = true;
+    record.partial_reason = absl::StrCat(
+        "saving stopped at {label}: the saved values reached CaptureOptions::max_saved_bytes (",
+        options_.max_saved_bytes, " bytes; ", saved_bytes_,
+        " saved); later ops have metadata only");
+  }
+  if (!halted_) journal_.CheckAll();
   CopySavedValuesOfBuffers();
   AddOutputNodes(outputs);
   if (absl::Status unjournaled = journal_.Finish(options_.allow_unjournaled_writes);
       !unjournaled.ok()) {
     return unjournaled;
   }
-  CaptureRecord& record = record_.record();
   record.stats.marked_sites = script_sites_.marked();
   record.stats.interpreter_sites = script_sites_.asked();
   record.extra_module_addresses = module_addresses_.ReleaseExtra();

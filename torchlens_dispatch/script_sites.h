@@ -122,6 +122,11 @@ class ModuleAddresses {
   LayerClasses* layer_classes() const { return tree_.layer_classes; }
   const std::shared_ptr<const std::vector<std::string>>& base() const { return base_; }
   std::vector<std::string> ReleaseExtra() { return std::move(extra_); }
+  // The address of module `id` (an id Intern or Resolve gave).
+  const std::string& Address(int32_t id) const {
+    const size_t base = base_->size();
+    return static_cast<size_t>(id) < base ? (*base_)[id] : extra_[id - base];
+  }
 
  private:
   // The module instance `instance` of type `type` inside module `current`, or -1.

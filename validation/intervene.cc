@@ -73,7 +73,11 @@ class Intervention {
       const at::Tensor& current = OutputValue(op, edit.output);
       if (!current.defined()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("edit of ", op.label, ": the node has no saved tensor value to replace"));
+            absl::StrCat("edit of ", op.label, ": the node has no saved tensor value to replace",
+                         op.is_compute() && !op.saved()
+                             ? " (the capture did not save its values: select it with "
+                               "CaptureOptions::save_labels, or capture without selective saving)"
+                             : ""));
       }
       if (edit.value.sizes() != current.sizes() ||
           edit.value.scalar_type() != current.scalar_type()) {
@@ -91,7 +95,33 @@ class Intervention {
     return absl::OkStatus();
   }
 
+  // NOTE [Selective saving]: every op the edits reach is re-run from its saved arguments,
+  // so a partly saved trace can be intervened on only where the cone is saved.
+  absl::Status CheckConeIsSaved() const {
+    std::vector<bool> reached(original_.size(), false);
+    for (const EditedValue& edit : edited_) reached[edit.index] = true;
+    std::vector<std::string> unsaved;
+    for (size_t i = 0; i < original_.size(); ++i) {
+      const Op& op = original_[i];
+      for (int32_t parent : op.parent_indices)
+        reached[i] = reached[i] || (parent >= 0 && reached[parent]);
+      if (reached[i] && op.is_compute() && !op.saved()) unsaved.push_back(op.label);
+    }
+    if (unsaved.empty()) return absl::OkStatus();
+    constexpr size_t kNamed = 8;
+    const size_t named = std::min(unsaved.size(), kNamed);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the edits reach ", unsaved.size(),
+        " ops whose values the capture did not save, and Do "
+        "re-runs each from its saved arguments: ",
+        absl::StrJoin(unsaved.begin(), unsaved.begin() + named, ", "),
+        unsaved.size() > named ? absl::StrCat(" and ", unsaved.size() - named, " more") : "",
+        ". Capture again saving them (CaptureOptions::save_labels, save_modules, ...) or "
+        "without selective saving"));
+  }
+
   absl::StatusOr<DoResult> Run() {
+    if (absl::Status saved = CheckConeIsSaved(); !saved.ok()) return saved;
     std::vector<Op>& ops = parts_.ops;
     for (const EditedValue& edit : edited_) {
       Op& op = ops[edit.index];

@@ -86,8 +86,9 @@ struct DoResult {
 // Errors, with nothing changed: kNotFound / kInvalidArgument for a label Find rejects;
 // kInvalidArgument for a value of the wrong shape or dtype, an undefined value, an output
 // the node does not have, or two edits of one output; kFailedPrecondition for a trace
-// without saved values, or a gap under strict; the replay error of a cone op that cannot
-// be re-executed.
+// without saved values, for edits that reach ops the capture did not save (a partly saved
+// trace: the message names those labels), or a gap under strict; the replay error of a
+// cone op that cannot be re-executed.
 absl::StatusOr<DoResult> Do(const Trace& trace, std::vector<Edit> edits, DoOptions options = {});
 
 }  // namespace torchlens

@@ -72,7 +72,9 @@ class Validator {
       // A kernel that cannot run on what it saved (a sparse, meta or quantized tensor an
       // op does not accept) is a verdict on that op, never an exception out of validation.
       try {
-        if (op.is_compute()) {
+        if (op.is_compute() && !op.saved()) {
+          Note(&not_checked_, op, op.label);
+        } else if (op.is_compute()) {
           CheckOp(op);
         } else if (op.is_output()) {
           CheckOutput(op);
@@ -85,8 +87,8 @@ class Validator {
 
   // Takes in what `other` found (NOTE [Validating on several threads]).
   void Merge(Validator&& other) {
-    for (Lines Validator::*lines :
-         {&Validator::failures_, &Validator::unproved_, &Validator::state_transition_only_}) {
+    for (Lines Validator::*lines : {&Validator::failures_, &Validator::unproved_,
+                                    &Validator::state_transition_only_, &Validator::not_checked_}) {
       (this->*lines).insert((this->*lines).end(), (other.*lines).begin(), (other.*lines).end());
     }
     fused_checked_.insert(other.fused_checked_.begin(), other.fused_checked_.end());
@@ -108,6 +110,7 @@ class Validator {
     report.failures = Ordered(&failures_);
     report.unproved = Ordered(&unproved_);
     report.state_transition_only = Ordered(&state_transition_only_);
+    report.not_checked = Ordered(&not_checked_);
     for (int index : DeadNodes(trace_)) report.dead.push_back(trace_.ops()[index].label);
     report.ops_checked = ops_checked_;
     report.perturbations_checked = perturbations_checked_;
@@ -133,6 +136,11 @@ class Validator {
   const Op* Node(absl::string_view label) const {
     const int index = trace_.IndexOfLabel(label);
     return index < 0 ? nullptr : &trace_.ops()[index];
+  }
+  // Whether `source` names an op whose values the capture did not save.
+  bool Unsaved(const ArgSource& source) const {
+    const Op* node = source.kind == ArgSource::Kind::kNode ? Node(source.name) : nullptr;
+    return node != nullptr && node->is_compute() && !node->saved();
   }
 
   void Fail(const Op& op, absl::string_view why) {
@@ -191,6 +199,7 @@ class Validator {
         Fail(op, absl::StrCat("wrong parent: argument ", i, " names unknown node ", source.name));
         continue;
       }
+      if (Unsaved(source)) continue;  // the argument was saved, its producer's value not
       if (parent_value->defined() &&
           saved[i].unsafeGetTensorImpl() == parent_value->unsafeGetTensorImpl()) {
         continue;
@@ -242,6 +251,10 @@ class Validator {
       const std::string& name = changed != nullptr ? changed->label : write.before.name;
       if (before == nullptr) {
         Fail(op, absl::StrCat("alias write ", k, " names unknown node ", write.before.name));
+        continue;
+      }
+      if (Unsaved(write.before)) {
+        Note(&not_checked_, changed != nullptr ? *changed : op, name);
         continue;
       }
       absl::StatusOr<at::Tensor> after = ReplayAliasWrite(op, write, PlainArguments(op), *before);
@@ -404,6 +417,11 @@ class Validator {
       Fail(op, absl::StrCat("wrong parent: unknown node ", op.parents[0]));
       return;
     }
+    if (parent->is_compute() && !parent->saved()) {
+      --ops_checked_;
+      Note(&not_checked_, op, op.label);
+      return;
+    }
     std::vector<at::Tensor> candidates;
     if (!op.arg_sources.empty()) {
       candidates.push_back(OutputValue(*parent, op.arg_sources[0].output_index));
@@ -438,6 +456,10 @@ class Validator {
       return;
     }
     const Op* producer = version.parents.empty() ? nullptr : Node(version.parents[0]);
+    if (producer != nullptr && producer->is_compute() && !producer->saved()) {
+      Note(&not_checked_, version, version.label);
+      return;
+    }
     if (producer == nullptr) {
       // A reassignment from outside the capture: nothing to compare with.
       if (version.buffer_write_kind == WriteKind::kReassign) {
@@ -480,6 +502,7 @@ class Validator {
   Lines failures_;
   Lines unproved_;
   Lines state_transition_only_;
+  Lines not_checked_;
   int ops_checked_ = 0;
   int perturbations_checked_ = 0;
 };
@@ -522,6 +545,7 @@ std::string ValidationReportToJson(const ValidationReport& report) {
   json["state_transition_only"] = report.state_transition_only;
   json["perturbations_checked"] = report.perturbations_checked;
   json["unproved"] = report.unproved;
+  json["not_checked"] = report.not_checked;
   return json.dump();
 }
 

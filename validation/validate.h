@@ -25,6 +25,8 @@
 //   * dead computation: nodes that no output, buffer write or non-tensor result depends
 //     on (a value the model computes and discards) are checked like every other node and
 //     listed in `dead`; they are never failures.
+//   * partly saved traces (selective saving, the memory budget): what has saved values is
+//     checked; the rest is listed in `not_checked`, never a failure.
 // Perturbation reports an edge it could not prove (a predicate or NaN data that no
 // perturbation tried changes, values that cannot be perturbed) in `unproved`, not as a
 // failure; an edge is a failure only when none of the perturbations changed an op that
@@ -53,6 +55,10 @@ struct ValidationReport {
   int perturbations_checked = 0;  // parents whose perturbation changed the op's output
   // "op <- parent: why" for edges no perturbation could prove (never failures).
   std::vector<std::string> unproved;
+  // Labels of nodes with nothing to check against: ops whose values the capture did not
+  // save (NOTE [Selective saving]), and the outputs, buffer versions and alias writes whose
+  // value came from one. Never failures.
+  std::vector<std::string> not_checked;
 };
 
 struct ValidationOptions {
@@ -68,7 +74,7 @@ absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace,
                                                      const ValidationOptions& options);
 
 // The report as a JSON object with the fields above ("passed", "ops_checked", "failures",
-// "dead", "state_transition_only", "perturbations_checked", "unproved").
+// "dead", "state_transition_only", "perturbations_checked", "unproved", "not_checked").
 std::string ValidationReportToJson(const ValidationReport& report);
 
 }  // namespace torchlens
