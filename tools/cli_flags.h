@@ -38,6 +38,13 @@ struct CliOptions {
   bool hash = false;          // print the structure hash
   bool non_finite = false;    // print the first op whose output holds NaN or Inf
   std::string chrome_trace;   // time every op and write a Chrome trace here
+  // README "Capture in a service: save less, stop early, bound memory".
+  std::vector<std::string> save_modules;
+  std::vector<std::string> save_types;
+  std::vector<std::string> save_labels;
+  std::string halt_after;
+  int64_t max_saved_bytes = -1;
+  bool partial_on_budget = false;
 };
 
 // "1,3,224,224" or several inputs separated by ';': "1,16;1,4". Dimensions are

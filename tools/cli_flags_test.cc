@@ -108,5 +108,22 @@ TEST(ParseCommandLine, RepeatedFlagsAreErrorsExceptEdit) {
   EXPECT_EQ(edits->edits[1].value, -1.0);
 }
 
+TEST(ParseCommandLine, ServiceCaptureFlags) {
+  absl::StatusOr<CliOptions> options = ParseCommandLine(
+      {"--save_modules=layer4,fc", "--save_types", "conv2d", "--save_labels", "relu_1_2:1",
+       "--halt_after", "layer1", "--max_saved_bytes=1000", "--partial_on_budget"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->save_modules, (std::vector<std::string>{"layer4", "fc"}));
+  EXPECT_EQ(options->save_types, (std::vector<std::string>{"conv2d"}));
+  EXPECT_EQ(options->save_labels, (std::vector<std::string>{"relu_1_2:1"}));
+  EXPECT_EQ(options->halt_after, "layer1");
+  EXPECT_EQ(options->max_saved_bytes, 1000);
+  EXPECT_TRUE(options->partial_on_budget);
+  EXPECT_THAT(std::string(ParseCommandLine({"--max_saved_bytes=-1"}).status().message()),
+              HasSubstr("--max_saved_bytes \"-1\" is not an integer of at least 0"));
+  EXPECT_THAT(std::string(ParseCommandLine({"--partial_on_budget"}).status().message()),
+              HasSubstr("needs --max_saved_bytes"));
+}
+
 }  // namespace
 }  // namespace torchlens

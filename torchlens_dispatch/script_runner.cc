@@ -113,8 +113,8 @@ struct CallContext {
 };
 
 struct PrivatePlan {
-  // Holding the source graph keeps its address from being reused as another cache key.
-  std::shared_ptr<torch::jit::Graph> source;
+  // The method graph it copies, held weakly: NOTE [Private plan lifetime].
+  std::weak_ptr<torch::jit::Graph> source;
   // Stable addresses: markers point at sites, sites and contexts at paths.
   std::deque<MarkedSite> sites;
   std::deque<SitePath> paths;
@@ -308,24 +308,49 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
   return graph;
 }
 
+// NOTE [Private plan lifetime]
+// A plan is built once per method graph and kept while that graph lives: the graph belongs
+// to the model's compilation unit, so a service that loads fresh model objects (a reload,
+// a model per tenant) must not keep every plan it ever built. The cache holds each source
+// graph weakly. A plan whose graph died is never run again (running one needs its model,
+// which holds the graph), so it can be dropped; the cache sweeps dead plans whenever it has
+// doubled since the last sweep, which keeps it within twice the live plans at a constant
+// amortized cost. A new graph at a dead one's address finds the dead entry expired and
+// gets a fresh plan.
 class PlanCache {
  public:
   torch::jit::GraphFunction& Get(const torch::jit::GraphFunction& method) {
     std::shared_ptr<torch::jit::Graph> source = method.graph();
     std::lock_guard<std::mutex> lock(mutex_);
-    PrivatePlan& plan = plans_[source.get()];
-    if (plan.function == nullptr) {
-      plan.source = source;
-      plan.function = std::make_unique<torch::jit::GraphFunction>(
-          method.qualname(), MarkedCopy(method, &plan), /*function_creator=*/nullptr,
+    std::unique_ptr<PrivatePlan>& plan = plans_[source.get()];
+    if (plan == nullptr || plan->source.lock() != source) {
+      plan = std::make_unique<PrivatePlan>();
+      plan->source = source;
+      plan->function = std::make_unique<torch::jit::GraphFunction>(
+          method.qualname(), MarkedCopy(method, plan.get()), /*function_creator=*/nullptr,
           torch::jit::ExecutorExecutionMode::SIMPLE);
+      if (plans_.size() >= 2 * live_after_sweep_) Sweep();
     }
-    return *plan.function;
+    return *plan->function;
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return plans_.size();
   }
 
  private:
+  void Sweep() {
+    absl::erase_if(plans_, [](const auto& entry) { return entry.second->source.expired(); });
+    live_after_sweep_ = std::max<size_t>(plans_.size(), kMinSweepSize);
+  }
+
+  static constexpr size_t kMinSweepSize = 8;
   std::mutex mutex_;
-  absl::flat_hash_map<const torch::jit::Graph*, PrivatePlan> plans_;
+  // Plans are boxed: a plan's sites and paths must keep their addresses (the plan's graph
+  // holds them) while the map rehashes.
+  absl::flat_hash_map<const torch::jit::Graph*, std::unique_ptr<PrivatePlan>> plans_;
+  size_t live_after_sweep_ = kMinSweepSize;
 };
 
 PlanCache& Plans() {
@@ -334,6 +359,8 @@ PlanCache& Plans() {
 }
 
 }  // namespace
+
+size_t PrivatePlansForTesting() { return Plans().size(); }
 
 c10::IValue RunUnoptimized(torch::jit::Module& model, std::vector<c10::IValue> inputs,
                            const std::string& method) {

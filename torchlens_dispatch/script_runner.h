@@ -17,6 +17,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -30,9 +31,13 @@ namespace torchlens {
 
 // Runs `model.<method>(inputs)` as described above. Throws what the model throws
 // (c10::Error for inputs that do not fit the method's schema). Private plans are cached per
-// method graph and shared by all threads.
+// method graph and shared by all threads, and released after their model is destroyed.
 c10::IValue RunUnoptimized(torch::jit::Module& model, std::vector<c10::IValue> inputs,
                            const std::string& method = "forward");
+
+// How many private plans are cached, live or awaiting a sweep (NOTE [Private plan
+// lifetime] in script_runner.cc); for tests.
+size_t PrivatePlansForTesting();
 
 }  // namespace torchlens
 

@@ -2,8 +2,7 @@
 
 #include <torch/torch.h>
 
-#include <atomic>
-#include <thread>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,7 +14,17 @@ namespace torchlens {
 namespace serve {
 
 Service::Service(torch::jit::Module model, ServiceOptions options)
-    : model_(std::move(model)), options_(std::move(options)) {}
+    : model_(std::move(model)), options_(std::move(options)), writer_([this] { WriteLoop(); }) {}
+
+Service::~Service() {
+  (void)Flush();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  writer_.join();
+}
 
 std::vector<Answer> Service::Serve(const std::vector<Request>& requests) {
   std::vector<Answer> answers(requests.size());
@@ -27,7 +36,20 @@ std::vector<Answer> Service::Serve(const std::vector<Request>& requests) {
     });
   }
   for (std::thread& worker : workers) worker.join();
+  (void)Flush();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Answer& answer : answers) {
+    auto failed = failed_writes_.find(answer.trace_file);
+    if (!answer.trace_file.empty() && failed != failed_writes_.end())
+      answer.status = failed->second;
+  }
+  failed_writes_.clear();
   return answers;
+}
+
+bool Service::Sampled(const Request& request) {
+  const uint64_t arrival = arrivals_.fetch_add(1, std::memory_order_relaxed);
+  return request.capture || (options_.capture_one_in > 0 && arrival % options_.capture_one_in == 0);
 }
 
 Answer Service::Handle(const Request& request) {
@@ -35,12 +57,15 @@ Answer Service::Handle(const Request& request) {
   Answer answer;
   answer.id = request.id;
   try {
-    if (!request.capture) {
+    if (!Sampled(request)) {
       answer.output = model_.forward({request.input}).toTensor();
       return answer;
     }
-    // Only this request, on this worker thread, is captured.
-    CaptureGuard guard(model_);
+    // Only this request, on this thread, is captured.
+    CaptureOptions capture;
+    capture.max_saved_bytes = options_.max_trace_bytes;
+    capture.partial_on_budget = true;
+    CaptureGuard guard(model_, capture);
     guard.MarkInputs(request.input);
     const c10::IValue out = model_.forward({request.input});
     answer.output = out.toTensor();
@@ -50,15 +75,61 @@ Answer Service::Handle(const Request& request) {
       return answer;  // the answer stands; only the trace is missing
     }
     answer.captured_ops = static_cast<int>(trace->capture_stats().user_ops);
+    answer.partial = trace->partial();
     answer.trace_file = absl::StrCat(options_.out_dir, "/request_", request.id, ".trace.pt");
-    answer.graph_file = absl::StrCat(options_.out_dir, "/request_", request.id, ".svg");
-    answer.status = SaveTrace(*trace, answer.trace_file);
-    if (answer.status.ok()) answer.status = RenderToFile(*trace, answer.graph_file);
+    if (options_.render_graphs) {
+      answer.graph_file = absl::StrCat(options_.out_dir, "/request_", request.id, ".svg");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back({*std::move(trace), answer.trace_file, answer.graph_file});
+    }
+    changed_.notify_all();
   } catch (const std::exception& e) {
     answer.status =
         absl::InvalidArgumentError(absl::StrCat("request ", request.id, ": ", e.what()));
   }
   return answer;
+}
+
+absl::Status Service::Flush() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  return std::exchange(write_error_, absl::OkStatus());
+}
+
+void Service::WriteLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    PendingTrace pending = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    absl::Status status = SaveTrace(pending.trace, pending.trace_file);
+    if (status.ok() && !pending.graph_file.empty()) {
+      status = RenderToFile(pending.trace, pending.graph_file);
+    }
+    const std::string file = std::move(pending.trace_file);
+    pending = PendingTrace{};  // the trace's memory goes before the next one is taken
+    lock.lock();
+    if (!status.ok()) {
+      if (write_error_.ok()) write_error_ = status;
+      failed_writes_[file] = status;
+    }
+    written_.push_back(file);
+    while (options_.max_traces_kept > 0 &&
+           written_.size() > static_cast<size_t>(options_.max_traces_kept)) {
+      const std::string oldest = std::move(written_.front());
+      written_.pop_front();
+      std::remove(oldest.c_str());
+      const std::string graph = oldest.substr(0, oldest.size() - 9) + ".svg";  // ".trace.pt"
+      std::remove(graph.c_str());
+    }
+    writing_ = false;
+    changed_.notify_all();
+  }
 }
 
 }  // namespace serve

@@ -3,6 +3,7 @@
 #include "tools/serve/service.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
 #include "graph/trace_file.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
@@ -76,6 +78,50 @@ TEST(ServiceTest, CapturesExactlyTheMarkedRequestsAndAnswersAllCorrectly) {
     EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
   }
   EXPECT_EQ(Files(out_dir), expected_files);
+}
+
+// Sampling: one request in N is captured whatever the workers' order, the writer keeps the
+// newest traces only, and a per-trace byte budget gives partial traces that still validate.
+TEST(ServiceTest, SamplesOneInNKeepsTheNewestTracesAndBoundsEachTrace) {
+  torch::manual_seed(1);
+  std::vector<Request> requests;
+  for (int id = 0; id < 24; ++id) requests.push_back({id, torch::randn({2, 1, 5, 5}), false});
+  torch::jit::Module reference = testdata::LoadModel("convbn_eval");
+  const std::string out_dir = absl::StrCat(testing::TempDir(), "/sampled");
+  ASSERT_EQ(::mkdir(out_dir.c_str(), 0755), 0);
+  ServiceOptions options;
+  options.workers = 3;
+  options.out_dir = out_dir;
+  options.capture_one_in = 4;
+  options.max_traces_kept = 2;
+  options.max_trace_bytes = 256;  // the input alone is 200 bytes
+  options.render_graphs = false;
+  Service service(testdata::LoadModel("convbn_eval"), options);
+  const std::vector<Answer> answers = service.Serve(requests);
+  int captured = 0;
+  for (const Answer& answer : answers) {
+    SCOPED_TRACE(answer.id);
+    EXPECT_TRUE(answer.status.ok()) << answer.status;
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(
+        at::equal(answer.output, reference.forward({requests[answer.id].input}).toTensor()));
+    if (answer.trace_file.empty()) continue;
+    ++captured;
+    EXPECT_TRUE(answer.partial);
+  }
+  EXPECT_EQ(captured, 6);  // arrivals 0, 4, 8, 12, 16, 20
+  const std::set<std::string> kept = Files(out_dir);
+  ASSERT_EQ(kept.size(), 2u) << absl::StrJoin(kept, ", ");
+  for (const std::string& name : kept) {
+    absl::StatusOr<Trace> trace = LoadTrace(absl::StrCat(out_dir, "/", name));
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    EXPECT_TRUE(trace->partial());
+    EXPECT_THAT(trace->partial_reason(), ::testing::HasSubstr("max_saved_bytes"));
+    absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+    EXPECT_FALSE(report->not_checked.empty());
+  }
 }
 
 }  // namespace
