@@ -173,7 +173,13 @@ struct Op {
   // it). False for every node of a trace captured without saved values, and in a trace
   // with them for the ops that selective saving left out or that ran after the memory
   // budget was reached (NOTE [Selective saving] in torchlens_dispatch/capture_options.h).
-  bool saved() const { return out.defined() || !outs.empty() || !creation_args.empty(); }
+  bool saved() const {
+    if (out.defined() || !creation_args.empty()) return true;
+    for (const at::Tensor& t : outs) {
+      if (t.defined()) return true;
+    }
+    return false;
+  }
 };
 
 // The value a reader of output `output_index` of `op` sees: `op.outs[k]` for k >= 0 (or

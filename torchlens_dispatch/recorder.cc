@@ -333,8 +333,12 @@ void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepar
 void Recorder::Halt(int32_t node) {
   // The forward stops here: the model's buffers go back to their values before it, and
   // the capture records nothing more.
+  NoCapture no_capture(kCaptureKey);
   halted_ = true;
   inert_ = true;
+  // Saved values that alias a buffer (an in-place op's output is the buffer itself) keep
+  // what the forward computed; the restore below would otherwise write them too.
+  CopySavedValuesOfBuffers();
   journal_.RestoreInitialState();
   CaptureRecord& record = record_.record();
   record.partial_node = node;

@@ -4,7 +4,9 @@
 //   tools/bazelw run //tools/serve:serve_example -- --requests 16 --capture 3,7
 //
 // serves 16 requests on --workers threads (default 4) and writes the traces of requests 3
-// and 7 under --out_dir (default /tmp/torchlens-serve).
+// and 7 under --out_dir (default /tmp/torchlens-serve). Sampling: --capture_one_in N
+// captures one request in N as well, --max_traces_kept K keeps the newest K traces,
+// --max_trace_bytes B bounds each trace's saved values (partial traces beyond).
 //
 // Requests are generated (seeded random inputs of --input_shape), or read from --input_dir
 // (files NAME.pt written by torch.save, served in name order). Each answer prints one line.
@@ -59,6 +61,10 @@ int main(int argc, char** argv) {
   flags.String("out_dir", &out_dir);
   flags.Int("requests", &requests, 1);
   flags.Int("workers", &workers, 1);
+  torchlens::serve::ServiceOptions options;
+  flags.Int("capture_one_in", &options.capture_one_in, 0);
+  flags.Int("max_traces_kept", &options.max_traces_kept, 0);
+  flags.Int("max_trace_bytes", &options.max_trace_bytes, 0);
   flags.Value("capture", [&](absl::string_view value) {
     capture.clear();
     for (absl::string_view id : absl::StrSplit(value, ',', absl::SkipEmpty())) {
@@ -72,9 +78,10 @@ int main(int argc, char** argv) {
     return absl::OkStatus();
   });
   if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
-    return Fail(absl::StrCat(parsed.message(),
-                             "; flags: --model --input_shape --input_dir --out_dir --requests "
-                             "--workers --capture"));
+    return Fail(
+        absl::StrCat(parsed.message(),
+                     "; flags: --model --input_shape --input_dir --out_dir --requests "
+                     "--workers --capture --capture_one_in --max_traces_kept --max_trace_bytes"));
   }
   model_path = UserPath(model_path);
   if (!input_dir.empty()) input_dir = UserPath(input_dir);
@@ -115,7 +122,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  torchlens::serve::Service service(*std::move(model), {workers, out_dir});
+  options.workers = workers;
+  options.out_dir = out_dir;
+  torchlens::serve::Service service(*std::move(model), options);
   const std::vector<torchlens::serve::Answer> answers = service.Serve(batch);
   int failures = 0;
   for (const torchlens::serve::Answer& answer : answers) {
