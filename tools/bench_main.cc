@@ -201,11 +201,6 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   return options;
 }
 
-std::string UserPath(const std::string& path) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  return path.empty() || path[0] == '/' || cwd == nullptr ? path : absl::StrCat(cwd, "/", path);
-}
-
 absl::Status EnsureModels(const std::string& dir) {
   bool missing = false;
   for (const BenchModel& model : Models()) {

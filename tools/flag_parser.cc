@@ -1,6 +1,7 @@
 #include "tools/flag_parser.h"
 
 #include <cassert>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -112,6 +113,12 @@ absl::Status FlagParser::Parse(absl::Span<const std::string> args) const {
     }
   }
   return absl::OkStatus();
+}
+
+std::string UserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
 }
 
 absl::Status FlagParser::Parse(int argc, char** argv) const {

@@ -62,6 +62,11 @@ class FlagParser {
   absl::flat_hash_map<std::string, Flag> flags_;
 };
 
+// A path given in a flag, for a binary started by `bazel run`: a relative path is made
+// relative to the directory the user ran it from (BUILD_WORKING_DIRECTORY), not to the
+// runfiles; absolute paths, empty ones and paths outside `bazel run` stay as they are.
+std::string UserPath(const std::string& path);
+
 }  // namespace torchlens
 
 #endif  // TORCHLENS_TOOLS_FLAG_PARSER_H_

@@ -33,6 +33,7 @@
 #include "graph/torch_load.h"
 #include "graph/trace_file.h"
 #include "tools/cli_flags.h"
+#include "tools/flag_parser.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
@@ -44,13 +45,6 @@ namespace torchlens {
 namespace {
 
 const std::vector<int64_t> kBundledInputShape = {1, 3, 16, 16};
-
-// Relative paths are relative to where the user ran `bazel run` from.
-std::string UserPath(const std::string& path) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
-  return absl::StrCat(cwd, "/", path);
-}
 
 // The demo model in this binary's runfiles (bazel run, bazel test, or bazel-bin/tools/
 // torchlens run directly). Never a testdata/demo.pt of the current directory, which would

@@ -28,11 +28,6 @@
 
 namespace {
 
-std::string UserPath(const std::string& path) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  return path.empty() || path[0] == '/' || cwd == nullptr ? path : absl::StrCat(cwd, "/", path);
-}
-
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -66,13 +61,14 @@ int main(int argc, char** argv) {
   if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
     return Fail(std::string(parsed.message()));
   }
-  absl::StatusOr<torch::jit::Module> model = torchlens::LoadTorchScript(UserPath(model_path));
+  absl::StatusOr<torch::jit::Module> model =
+      torchlens::LoadTorchScript(torchlens::UserPath(model_path));
   if (!model.ok()) return Fail(std::string(model.status().message()));
   model->eval();
   absl::StatusOr<std::vector<std::vector<int64_t>>> shapes =
       torchlens::ParseInputShapes(input_shape);
   if (!shapes.ok() || shapes->size() != 1) return Fail("--input_shape: one shape");
-  out_dir = UserPath(out_dir);
+  out_dir = torchlens::UserPath(out_dir);
   ::mkdir(out_dir.c_str(), 0755);
   torch::manual_seed(0);
   const at::Tensor input = torch::randn(shapes->front());

@@ -34,11 +34,6 @@
 
 namespace {
 
-std::string UserPath(const std::string& path) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  return path.empty() || path[0] == '/' || cwd == nullptr ? path : absl::StrCat(cwd, "/", path);
-}
-
 int Fail(const std::string& message) {
   std::cerr << "serve_example: error: " << message << "\n";
   return 2;
@@ -83,9 +78,9 @@ int main(int argc, char** argv) {
                      "; flags: --model --input_shape --input_dir --out_dir --requests "
                      "--workers --capture --capture_one_in --max_traces_kept --max_trace_bytes"));
   }
-  model_path = UserPath(model_path);
-  if (!input_dir.empty()) input_dir = UserPath(input_dir);
-  out_dir = UserPath(out_dir);
+  model_path = torchlens::UserPath(model_path);
+  if (!input_dir.empty()) input_dir = torchlens::UserPath(input_dir);
+  out_dir = torchlens::UserPath(out_dir);
   absl::StatusOr<torch::jit::Module> model = torchlens::LoadTorchScript(model_path);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   model->eval();
