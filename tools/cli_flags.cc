@@ -20,7 +20,7 @@ const char kUsage[] =
     "                 [--show_buffers never|meaningful|always] [--json FILE] [--save FILE]\n"
     "                 [--compare TRACE | --compare_model FILE.pt] [--hash] [--non_finite]\n"
     "                 [--chrome_trace FILE.json] [--save_modules M,... --save_types T,...\n"
-    "                 --save_labels L,...] [--halt_after M|LABEL]\n"
+    "                 --save_labels L,...] [--halt_after M|LABEL] [--stop_at_non_finite]\n"
     "                 [--max_saved_bytes N [--partial_on_budget]]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
@@ -56,6 +56,7 @@ const char kUsage[] =
     "  --save_labels L,... or with these labels; the other ops keep their metadata\n"
     "  --halt_after X      stop the forward after module X's call or after label X;\n"
     "                      the buffers are put back as they were before it\n"
+    "  --stop_at_non_finite  halt after the first op whose output holds NaN or Inf\n"
     "  --max_saved_bytes N stop saving at N bytes of saved values: an error, or with\n"
     "  --partial_on_budget the trace so far marked partial\n";
 
@@ -133,6 +134,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   flags.List("save_types", &options.save_types);
   flags.List("save_labels", &options.save_labels);
   flags.String("halt_after", &options.halt_after);
+  flags.Switch("stop_at_non_finite", &options.stop_at_non_finite);
   flags.Int("max_saved_bytes", &options.max_saved_bytes, 0);
   flags.Switch("partial_on_budget", &options.partial_on_budget);
   flags.Value("render", [&](absl::string_view v) {

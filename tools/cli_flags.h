@@ -43,6 +43,7 @@ struct CliOptions {
   std::vector<std::string> save_types;
   std::vector<std::string> save_labels;
   std::string halt_after;
+  bool stop_at_non_finite = false;
   int64_t max_saved_bytes = -1;
   bool partial_on_budget = false;
 };
@@ -58,7 +59,8 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
 // --summary, --validate, --edit (repeatable), --render, --show_buffers, --json, --save,
 // --compare, --compare_model, --hash, --non_finite, --chrome_trace, --save_modules,
-// --save_types, --save_labels, --halt_after, --max_saved_bytes, --partial_on_budget, --help; each
+// --save_types, --save_labels, --halt_after, --stop_at_non_finite, --max_saved_bytes,
+// --partial_on_budget, --help; each
 // as "--flag=value" or "--flag value". kInvalidArgument for an unknown flag, a flag given twice
 // (except --edit), an empty value ("--model=", "--save ''"), or a value the flag does not take.
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);

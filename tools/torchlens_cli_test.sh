@@ -229,6 +229,10 @@ grep -q "^  not checked (no saved values): .*conv2d_1_2:1" "$TEST_TMPDIR/sel.txt
 grep -q "^Partial trace: the forward was halted when module 'block1' had finished" "$TEST_TMPDIR/halt.txt" ||
   fail "--halt_after: no partial reason: $(head -3 "$TEST_TMPDIR/halt.txt")"
 grep -q "conv2d_3_" "$TEST_TMPDIR/halt.txt" && fail "--halt_after block1: block2's conv2d ran"
+"$TOOL" --model testdata/divide_by_zero.pt --input_shape 2,3 --stop_at_non_finite >"$TEST_TMPDIR/stop.txt" 2>&1 ||
+  fail "--stop_at_non_finite failed"
+grep -q "^Partial trace: the forward was halted at div_1_4:1, the first op whose output holds NaN or Inf" \
+  "$TEST_TMPDIR/stop.txt" || fail "--stop_at_non_finite: $(grep Partial "$TEST_TMPDIR/stop.txt")"
 expect_error "budget" "CaptureOptions::max_saved_bytes" --max_saved_bytes 1000
 "$TOOL" --max_saved_bytes 1000 --partial_on_budget >"$TEST_TMPDIR/budget.txt" 2>&1 || fail "--partial_on_budget failed"
 grep -q "^Partial trace: saving stopped at " "$TEST_TMPDIR/budget.txt" || fail "--partial_on_budget: no partial reason"

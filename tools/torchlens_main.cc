@@ -214,6 +214,7 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
   capture.save_types = options->save_types;
   capture.save_labels = options->save_labels;
   capture.halt_after = options->halt_after;
+  capture.stop_at_non_finite = options->stop_at_non_finite;
   capture.max_saved_bytes = options->max_saved_bytes;
   capture.partial_on_budget = options->partial_on_budget;
   std::vector<c10::IValue> second_inputs;

@@ -59,6 +59,9 @@ struct CaptureOptions {
   // `TraceModule` returns that trace; under a CaptureGuard the forward throws (catch it,
   // then call Finish). Parameters written in place by the forward are not restored.
   std::string halt_after;
+  // Halt the same way right after the first op whose output holds NaN or Inf (the trace
+  // then ends at it: graph/non_finite.h's FirstNonFinite names it with its parents).
+  bool stop_at_non_finite = false;
 
   // Memory budget: the bytes of saved values (each saved tensor's elements) may not pass
   // this; -1 for no limit. When a capture would, it stops saving, and Finish returns

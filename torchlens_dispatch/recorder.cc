@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/isfinite.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -167,7 +168,9 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   }
   if (prepared.halt_before) {
     record_.DropArguments(node);
-    Halt(static_cast<int32_t>(record_.record().nodes.size()) - 1);
+    Halt(static_cast<int32_t>(record_.record().nodes.size()) - 1,
+         absl::StrCat("the forward was halted when module '", options_.halt_after,
+                      "' had finished (CaptureOptions::halt_after); the trace ends at {label}"));
   }
 
   const int64_t start_ns = options_.time_ops ? NowNs() : 0;
@@ -200,7 +203,15 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     Abandon(e);
     return;
   }
-  if (prepared.halt_after) Halt(index);
+  if (prepared.halt_after) {
+    Halt(index, "the forward was halted right after {label} (CaptureOptions::halt_after)");
+  }
+  if (options_.stop_at_non_finite &&
+      ReturnsNonFinite(torch::jit::last(*stack, prepared.num_returns))) {
+    Halt(index,
+         "the forward was halted at {label}, the first op whose output holds NaN or Inf "
+         "(CaptureOptions::stop_at_non_finite)");
+  }
 }
 
 Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit::Stack* stack,
@@ -330,7 +341,22 @@ void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepar
            OpQuery{label, info.type, module, record_.record().operators[info.index].name}));
 }
 
-void Recorder::Halt(int32_t node) {
+bool Recorder::ReturnsNonFinite(c10::ArrayRef<c10::IValue> returns) {
+  NoCapture no_capture(kCaptureKey);
+  bool non_finite = false;
+  for (const c10::IValue& value : returns) {
+    ForEachTensor(value, [&](const at::Tensor& t) {
+      if (non_finite || !t.defined() || t.layout() != at::kStrided || t.numel() == 0 ||
+          !(t.is_floating_point() || t.is_complex())) {
+        return;
+      }
+      non_finite = !at::isfinite(t).all().item<bool>();
+    });
+  }
+  return non_finite;
+}
+
+void Recorder::Halt(int32_t node, std::string reason) {
   // The forward stops here: the model's buffers go back to their values before it, and
   // the capture records nothing more.
   NoCapture no_capture(kCaptureKey);
@@ -342,15 +368,10 @@ void Recorder::Halt(int32_t node) {
   journal_.RestoreInitialState();
   CaptureRecord& record = record_.record();
   record.partial_node = node;
-  record.partial_reason =
-      halt_label_.empty()
-          ? absl::StrCat("the forward was halted when module '", options_.halt_after,
-                         "' had finished (CaptureOptions::halt_after); the trace ends at {label}")
-          : absl::StrCat(
-                "the forward was halted right after {label} "
-                "(CaptureOptions::halt_after)");
-  throw CaptureHalted(absl::StrCat("torchlens: forward halted by CaptureOptions::halt_after (",
-                                   options_.halt_after, ")"));
+  record.partial_reason = std::move(reason);
+  throw CaptureHalted(
+      "torchlens: the capture halted the forward (CaptureOptions::halt_after "
+      "or stop_at_non_finite)");
 }
 
 int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack) {

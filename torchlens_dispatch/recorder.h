@@ -133,7 +133,8 @@ class Recorder : private BufferJournal::Tensors {
   // reassignment]).
   void OnAttributeAssigned();
 
-  // Whether the forward was stopped by CaptureOptions::halt_after (it threw CaptureHalted).
+  // Whether the forward was stopped by CaptureOptions::halt_after or stop_at_non_finite (it
+  // threw CaptureHalted).
   bool halted() const { return halted_; }
   const CaptureOptions& options() const { return options_; }
 
@@ -232,8 +233,12 @@ class Recorder : private BufferJournal::Tensors {
   // Which op this is (module, layer) and what the capture does with it (NOTE [Selective
   // saving], early stop, the memory budget); part of Prepare.
   void Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepared);
-  // Stops the forward (CaptureOptions::halt_after): restores the buffers and throws.
-  [[noreturn]] void Halt(int32_t node);
+  // Stops the forward (CaptureOptions::halt_after, stop_at_non_finite) after node `node`:
+  // restores the buffers, records `reason` ("{label}" stands for the node's label) and
+  // throws CaptureHalted.
+  [[noreturn]] void Halt(int32_t node, std::string reason);
+  // Whether a floating tensor among the op's returns holds NaN or Inf.
+  static bool ReturnsNonFinite(c10::ArrayRef<c10::IValue> returns);
   // A new slot for `tensor`, registered for copy-on-write as the saved value of `live`
   // (the tensor itself by default; see SavedValue).
   int32_t Save(const at::Tensor& tensor, const c10::TensorImpl* live = nullptr);

@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "graph/non_finite.h"
 #include "graph/trace_file.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
@@ -226,6 +228,28 @@ TEST(EarlyStop, HaltAfterAModuleStopsWhenItHasFinished) {
   EXPECT_TRUE(at::equal(model.attr("calls").toTensor(), expected.initial_buffer("calls")));
   EXPECT_TRUE(at::allclose(model.forward(expected.inputs()).toTensor(), expected.output(0)));
   EXPECT_TRUE(at::equal(model.attr("calls").toTensor(), expected.buffer("calls")));
+}
+
+TEST(EarlyStop, StopAtNonFiniteHaltsAtTheFirstOpThatMadeNaNOrInf) {
+  testdata::Expected expected("divide_by_zero");
+  const Trace full = Capture("divide_by_zero");
+  absl::StatusOr<std::optional<NonFinite>> first = FirstNonFinite(full);
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  torch::jit::Module model = testdata::LoadModel("divide_by_zero");
+  CaptureOptions options;
+  options.stop_at_non_finite = true;
+  absl::StatusOr<Trace> halted = TraceModule(model, expected.inputs(), options);
+  ASSERT_TRUE(halted.ok()) << halted.status();
+  EXPECT_TRUE(halted->partial());
+  EXPECT_THAT(halted->partial_reason(), HasSubstr((*first)->label));
+  const Op& last = halted->ops().back();
+  EXPECT_EQ(last.label, (*first)->label);
+  EXPECT_TRUE(BitIdentical(last.out, Get(full, last.label).out));
+  // A model without NaN or Inf runs to the end, and its trace is complete.
+  options.stop_at_non_finite = true;
+  const Trace demo = Capture("demo", options);
+  EXPECT_FALSE(demo.partial());
+  EXPECT_THAT(demo.output_labels(), Not(IsEmpty()));
 }
 
 TEST(EarlyStop, AnUnknownHaltTargetIsAnError) {
