@@ -7,6 +7,7 @@
 //
 // Flags: --model FILE.pt (default testdata/demo.pt), --input_shape (default 1,3,16,16),
 // --clients N, --requests N (per rate and round, over all clients), --rounds N,
+// --intra_op_threads N (default 1: each request on its own thread),
 // --max_trace_bytes N, --out_dir DIR (traces, at most 8 kept).
 #include <sys/stat.h>
 #include <torch/torch.h>
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   int requests = 2000;
   int rounds = 3;
   int64_t max_trace_bytes = -1;
+  int intra_op_threads = 1;
   torchlens::FlagParser flags;
   flags.String("model", &model_path);
   flags.String("input_shape", &input_shape);
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
   flags.Int("requests", &requests, 1);
   flags.Int("rounds", &rounds, 1);
   flags.Int("max_trace_bytes", &max_trace_bytes, 0);
+  flags.Int("intra_op_threads", &intra_op_threads, 1);
   if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
     return Fail(std::string(parsed.message()));
   }
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
       torchlens::LoadTorchScript(torchlens::UserPath(model_path));
   if (!model.ok()) return Fail(std::string(model.status().message()));
   model->eval();
+  at::set_num_threads(intra_op_threads);  // per request, as a service sets it
   absl::StatusOr<std::vector<std::vector<int64_t>>> shapes =
       torchlens::ParseInputShapes(input_shape);
   if (!shapes.ok() || shapes->size() != 1) return Fail("--input_shape: one shape");
@@ -79,6 +83,7 @@ int main(int argc, char** argv) {
     std::vector<double> micros;  // uncaptured requests
     int captured = 0;
     int partial = 0;
+    int failed = 0;  // requests whose capture (or forward) failed: not timed
   };
   std::vector<Rate> rates = {{"off", 0}, {"1%", 100}, {"10%", 10}};
   for (int round = -1; round < rounds; ++round) {  // round -1 warms up
@@ -91,7 +96,7 @@ int main(int argc, char** argv) {
       options.render_graphs = false;
       torchlens::serve::Service service(*model, options);
       std::vector<std::vector<double>> latencies(clients);
-      std::vector<int> captured(clients, 0), partial(clients, 0);
+      std::vector<int> captured(clients, 0), partial(clients, 0), failed(clients, 0);
       std::vector<std::thread> threads;
       for (int c = 0; c < clients; ++c) {
         threads.emplace_back([&, c] {
@@ -101,7 +106,9 @@ int main(int argc, char** argv) {
             const double us =
                 std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                     .count();
-            if (answer.trace_file.empty()) {
+            if (!answer.status.ok()) {
+              ++failed[c];
+            } else if (answer.trace_file.empty()) {
               latencies[c].push_back(us);
             } else {
               ++captured[c];
@@ -119,19 +126,21 @@ int main(int argc, char** argv) {
         rate.micros.insert(rate.micros.end(), latencies[c].begin(), latencies[c].end());
         rate.captured += captured[c];
         rate.partial += partial[c];
+        rate.failed += failed[c];
       }
     }
   }
   const double off_p99 = Percentile(rates[0].micros, 0.99);
   std::cout << absl::StrFormat("%d clients, %d requests per rate and round, %d rounds, model %s\n",
                                clients, requests, rounds, model_path);
-  std::cout << absl::StrFormat("%-8s %10s %10s %10s %10s %10s %9s\n", "capture", "uncaptured",
-                               "p50 us", "p99 us", "p999 us", "p99/off", "captured");
+  std::cout << absl::StrFormat("%-8s %10s %10s %10s %10s %10s %9s %7s\n", "capture", "uncaptured",
+                               "p50 us", "p99 us", "p999 us", "p99/off", "captured", "failed");
   for (const Rate& rate : rates) {
     const double p99 = Percentile(rate.micros, 0.99);
-    std::cout << absl::StrFormat("%-8s %10zu %10.1f %10.1f %10.1f %9.3fx %9d\n", rate.name,
+    std::cout << absl::StrFormat("%-8s %10zu %10.1f %10.1f %10.1f %9.3fx %9d %7d\n", rate.name,
                                  rate.micros.size(), Percentile(rate.micros, 0.5), p99,
-                                 Percentile(rate.micros, 0.999), p99 / off_p99, rate.captured);
+                                 Percentile(rate.micros, 0.999), p99 / off_p99, rate.captured,
+                                 rate.failed);
   }
   return 0;
 }

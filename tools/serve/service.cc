@@ -1,6 +1,9 @@
 #include "tools/serve/service.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <utility>
@@ -99,6 +102,9 @@ absl::Status Service::Flush() {
 }
 
 void Service::WriteLoop() {
+  // The lowest CPU priority (Linux applies nice per thread): request threads preempt the
+  // writer, so writing a trace delays no request; the writer uses idle time.
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

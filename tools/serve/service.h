@@ -10,9 +10,9 @@
 // request in `capture_one_in`, counted in arrival order). It runs inside a CaptureGuard
 // on the thread that handles it and answers normally; its trace goes to a writer thread,
 // which writes request_<id>.trace.pt (SaveTrace) and, with `render_graphs`,
-// request_<id>.svg, off the request's thread. The writer keeps at most `max_traces_kept`
-// traces in `out_dir`, removing the oldest it wrote. Uncaptured requests pay nothing but
-// one atomic increment: the capture key is thread-local.
+// request_<id>.svg, off the request's thread and at the lowest CPU priority. The writer keeps at
+// most `max_traces_kept` traces in `out_dir`, removing the oldest it wrote. Uncaptured requests pay
+// nothing but one atomic increment: the capture key is thread-local.
 #ifndef TORCHLENS_TOOLS_SERVE_SERVICE_H_
 #define TORCHLENS_TOOLS_SERVE_SERVICE_H_
 
