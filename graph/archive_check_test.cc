@@ -339,6 +339,33 @@ TEST(ArchiveCheckTest, ValuesThatContainThemselvesOrNestTooDeeplyAreRefused) {
               HasSubstr("values nest deeper than 10000 levels"));
 }
 
+// LibTorch's reader finds records without regard to case: a debug record in "M/" is read as
+// one of "m/", so a check must see it (fuzzing: seed case_folded_folder.pt ended the
+// process through an unknown global in such a record), and names equal but for case are one.
+TEST(ArchiveCheckTest, NamesAreComparedWithoutRegardToCaseAsLibTorchDoes) {
+  const std::string folded =
+      Zip({{"m/data.pkl", Program("N")},
+           {"m/version", "3"},
+           {"m/code/__torch__.py", "x"},
+           {"M/code/__torch__.py.debug_pkl", Program("ctorch.jit._pickle\nbpsld_intlist\n)R")}});
+  EXPECT_THAT(Message(folded, ArchiveKind::kTorchScript),
+              HasSubstr("zip entry M/code/__torch__.py.debug_pkl lies in a folder that differs "
+                        "from the archive's folder m/ only in case"));
+  const std::string twice = Zip({{"m/data.pkl", Program("N")},
+                                 {"m/version", "3"},
+                                 {"m/VERSION", "99"},
+                                 {"m/code/__torch__.py", "x"}});
+  EXPECT_THAT(Message(twice, ArchiveKind::kTorchScript),
+              HasSubstr("zip entry m/VERSION appears twice"));
+  // Another folder altogether is not LibTorch's to read, and stays allowed.
+  EXPECT_TRUE(CheckTorchArchive(Zip({{"m/data.pkl", Program("N")},
+                                     {"m/version", "3"},
+                                     {"m/code/__torch__.py", "x"},
+                                     {"other/notes.txt", "x"}}),
+                                ArchiveKind::kTorchScript)
+                  .ok());
+}
+
 // LibTorch's reader hands out uninitialized bytes for a record that fails its CRC; a
 // debug record read that way ended the process (fuzzing, corpus seed crc_debug_record.pt).
 TEST(ArchiveCheckTest, EntriesThatFailTheirCrcAreRefused) {

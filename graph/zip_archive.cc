@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace torchlens {
@@ -147,8 +149,11 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
       return Bad(absl::StrCat("zip entry ", Printable(entry.name), " claims ", compressed,
                               " bytes past the end"));
     }
-    if (!archive.by_name_.emplace(entry.name, archive.entries_.size()).second) {
-      return Bad(absl::StrCat("zip entry ", Printable(entry.name), " appears twice"));
+    if (!archive.by_name_.emplace(absl::AsciiStrToLower(entry.name), archive.entries_.size())
+             .second) {
+      return Bad(absl::StrCat("zip entry ", Printable(entry.name),
+                              " appears twice (names are compared without regard to case, as "
+                              "LibTorch's reader compares them)"));
     }
     archive.entries_.push_back(std::move(entry));
     at += 46 + name_length + extra_length + comment_length;
@@ -162,11 +167,22 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
                             " is not in a directory, as torch.save writes"));
   }
   archive.prefix_ = first.substr(0, slash + 1);
+  for (const Entry& entry : archive.entries_) {
+    const absl::string_view name = entry.name;
+    if (absl::StartsWithIgnoreCase(name, archive.prefix_) &&
+        !absl::StartsWith(name, archive.prefix_)) {
+      return Bad(absl::StrCat("zip entry ", Printable(entry.name),
+                              " lies in a folder that differs from the archive's folder ",
+                              Printable(archive.prefix_),
+                              " only in case; LibTorch's reader would read it as a record of "
+                              "that folder"));
+    }
+  }
   return archive;
 }
 
 const ZipArchive::Entry* ZipArchive::Find(absl::string_view name) const {
-  auto it = by_name_.find(absl::StrCat(prefix_, name));
+  auto it = by_name_.find(absl::AsciiStrToLower(absl::StrCat(prefix_, name)));
   return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 

@@ -13,7 +13,11 @@
 // data lies outside the file, whose method is neither stored nor deflated, or whose
 // stated size a deflate stream of its length cannot produce (so that what is inflated is
 // bounded by the file size). Entry names must be unique: LibTorch finds records by name,
-// and a check must look at the entry LibTorch will read. In archives LibTorch reads (model
+// and a check must look at the entry LibTorch will read. LibTorch's reader (miniz) compares
+// names without regard to ASCII case, so uniqueness and lookups here do too, and an entry
+// whose folder differs from the archive's folder only in case is refused: LibTorch would
+// read "M/code/x.debug_pkl" as the record "m/code/x.debug_pkl", which a check going by
+// the exact folder would skip (fuzzing: such a debug record ended the process). In archives LibTorch reads (model
 // archives) every entry's CRC-32 is verified too (CheckCrc, called by archive_check.h):
 // LibTorch's reader hands out uninitialized bytes for a record whose CRC fails (fuzzing: a
 // debug record read that way ended the process while LibTorch printed a compile error).

@@ -18,7 +18,10 @@ Files the fuzzers found are kept in the corpora as they were found, not written 
 trace_file/stack_underflow.pt; model_archive/debug_info_unprintable.pt and
 model_archive/crc_debug_record.pt, whose debug records fail their CRC: LibTorch's reader
 hands out uninitialized bytes for them, which it then fails to print inside a noexcept
-function while it reports a compile error.
+function while it reports a compile error; model_archive/case_folded_folder.pt, whose
+debug record lies in "debug_iNfo_unknown_global/" while the archive's folder is
+"debug_info_unknown_global/": LibTorch's reader matches names without regard to case and
+read it, through an unknown global, inside the same noexcept function.
 """
 
 import collections
