@@ -47,9 +47,13 @@ TEST(Lifetime, LoadCaptureDestroyCyclesKeepMemoryFlat) {
   // Dead models' plans are swept once the cache doubles: at most twice the live ones
   // (one here) and the minimum the cache keeps before sweeping.
   EXPECT_LE(plans_after, 16u);
-  // Each leaked plan and layout of this model costs tens of kilobytes; 1,000 of them would
-  // be tens of megabytes. Allow the allocator's fragmentation, not a leak per cycle.
+  // Each leaked plan of this model cost 464 KB (measured with the graphs held strongly).
+  // Allow the allocator's fragmentation, not a leak per cycle. AddressSanitizer keeps
+  // freed memory in quarantine, so the resident set says nothing there (the plan count
+  // above still does).
+#if !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(after - warm, int64_t{8} << 20);
+#endif
 }
 
 }  // namespace
