@@ -17,10 +17,10 @@
 // names without regard to ASCII case, so uniqueness and lookups here do too, and an entry
 // whose folder differs from the archive's folder only in case is refused: LibTorch would
 // read "M/code/x.debug_pkl" as the record "m/code/x.debug_pkl", which a check going by
-// the exact folder would skip (fuzzing: such a debug record ended the process). In archives LibTorch reads (model
-// archives) every entry's CRC-32 is verified too (CheckCrc, called by archive_check.h):
-// LibTorch's reader hands out uninitialized bytes for a record whose CRC fails (fuzzing: a
-// debug record read that way ended the process while LibTorch printed a compile error).
+// the exact folder would skip (fuzzing: such a debug record ended the process). In archives
+// LibTorch reads (model archives) every entry's CRC-32 is verified too (CheckCrc, called by
+// archive_check.h): LibTorch's reader hands out uninitialized bytes for a record whose CRC fails
+// (fuzzing: a debug record read that way ended the process while LibTorch printed a compile error).
 // torch.save data and trace files are read by torchlens itself, which takes the bytes as
 // they are. The pickle programs inside are checked by archive_check.h.
 #ifndef TORCHLENS_GRAPH_ZIP_ARCHIVE_H_
