@@ -96,6 +96,10 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
     auto it = layout_->module_ids.find(options_.halt_after);
     if (it != layout_->module_ids.end()) halt_module_ = it->second;
   }
+  for (const std::string& address : options_.save_modules) {
+    auto it = layout_->module_ids.find(address);
+    if (it != layout_->module_ids.end()) save_module_ids_.push_back(it->second);
+  }
   labels_needed_ = !halt_label_.empty() ||
                    (selective_ && (!options_.save_labels.empty() || options_.save_if != nullptr));
   // Parameters are recognised on first use (AddUnseen), not registered one by one here:
@@ -324,21 +328,16 @@ void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepar
   }
   if (!selective_ || !prepared->save) return;
   // See NOTE [Selective saving].
-  const std::string& module = module_addresses_.Address(node->module);
-  auto within = [&](const std::string& outer) {
-    return outer.empty() || module == outer ||
-           (module.size() > outer.size() && module.compare(0, outer.size(), outer) == 0 &&
-            module[outer.size()] == '.');
-  };
   prepared->save =
-      std::any_of(options_.save_modules.begin(), options_.save_modules.end(), within) ||
+      std::any_of(save_module_ids_.begin(), save_module_ids_.end(),
+                  [&](int32_t id) { return node->module == id || IsWithin(node->module, id); }) ||
       std::find(options_.save_types.begin(), options_.save_types.end(), info.type) !=
           options_.save_types.end() ||
       std::find(options_.save_labels.begin(), options_.save_labels.end(), label) !=
           options_.save_labels.end() ||
       (options_.save_if != nullptr &&
-       options_.save_if(
-           OpQuery{label, info.type, module, record_.record().operators[info.index].name}));
+       options_.save_if(OpQuery{label, info.type, module_addresses_.Address(node->module),
+                                record_.record().operators[info.index].name}));
 }
 
 bool Recorder::ReturnsNonFinite(c10::ArrayRef<c10::IValue> returns) {
@@ -561,12 +560,9 @@ void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tens
 
 bool Recorder::IsWithin(int32_t inner, int32_t outer) {
   if (outer == 0) return true;
-  const std::vector<std::string>& base = *layout_->module_addresses;
-  if (inner >= static_cast<int32_t>(base.size()) || outer >= static_cast<int32_t>(base.size())) {
-    return false;
-  }
-  const std::string& a = base[inner];
-  const std::string& b = base[outer];
+  // Modules interned during the capture (ModuleAddresses' extra ones) have addresses too.
+  const std::string& a = module_addresses_.Address(inner);
+  const std::string& b = module_addresses_.Address(outer);
   return a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '.';
 }
 

@@ -320,10 +320,11 @@ class Recorder : private BufferJournal::Tensors {
   int32_t next_layer_ = 0;
 
   // NOTE [Selective saving] and early stop.
-  bool selective_ = false;      // some save_* option is set
-  bool labels_needed_ = false;  // labels are computed while capturing
-  std::string halt_label_;      // CaptureOptions::halt_after, when it is a label
-  int32_t halt_module_ = -1;    // or a module (id), entered once ops ran in it
+  bool selective_ = false;                // some save_* option is set
+  bool labels_needed_ = false;            // labels are computed while capturing
+  std::string halt_label_;                // CaptureOptions::halt_after, when it is a label
+  int32_t halt_module_ = -1;              // or a module (id), entered once ops ran in it
+  std::vector<int32_t> save_module_ids_;  // CaptureOptions::save_modules, as module ids
   bool halt_module_entered_ = false;
   bool halted_ = false;
   LayerNumbering numbering_;

@@ -117,21 +117,19 @@ void Service::WriteLoop() {
     if (status.ok() && !pending.graph_file.empty()) {
       status = RenderToFile(pending.trace, pending.graph_file);
     }
-    const std::string file = std::move(pending.trace_file);
+    std::vector<std::string> files = {std::move(pending.trace_file)};
+    if (!pending.graph_file.empty()) files.push_back(std::move(pending.graph_file));
     pending = PendingTrace{};  // the trace's memory goes before the next one is taken
     lock.lock();
     if (!status.ok()) {
       if (write_error_.ok()) write_error_ = status;
-      failed_writes_[file] = status;
+      failed_writes_[files.front()] = status;
     }
-    written_.push_back(file);
+    written_.push_back(std::move(files));
     while (options_.max_traces_kept > 0 &&
            written_.size() > static_cast<size_t>(options_.max_traces_kept)) {
-      const std::string oldest = std::move(written_.front());
+      for (const std::string& file : written_.front()) std::remove(file.c_str());
       written_.pop_front();
-      std::remove(oldest.c_str());
-      const std::string graph = oldest.substr(0, oldest.size() - 9) + ".svg";  // ".trace.pt"
-      std::remove(graph.c_str());
     }
     writing_ = false;
     changed_.notify_all();

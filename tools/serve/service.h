@@ -98,8 +98,8 @@ class Service {
   bool stopping_ = false;
   absl::Status write_error_;
   absl::flat_hash_map<std::string, absl::Status> failed_writes_;  // by trace file, for Serve
-  std::deque<std::string> written_;  // files of the traces kept, oldest first
-  std::thread writer_;               // last: started once the rest is ready
+  std::deque<std::vector<std::string>> written_;  // each kept trace's files, oldest first
+  std::thread writer_;                            // last: started once the rest is ready
 };
 
 }  // namespace serve
