@@ -164,8 +164,15 @@ Trace Trace::Assemble(TraceParts parts) {
 TraceParts Trace::Parts() const {
   TraceParts parts;
   parts.ops = ops_;
-  parts.buffers = buffers_;
-  for (auto& [address, buffer] : parts.buffers) buffer.versions.clear();  // into this trace
+  for (const auto& [address, buffer] : buffers_) {
+    Buffer& copy = parts.buffers.emplace_hint(parts.buffers.end(), address, Buffer())->second;
+    copy.address = buffer.address;
+    copy.initial_value = buffer.initial_value;
+    copy.final_value = buffer.final_value;  // kept when the last version is unsaved
+    copy.module_address = buffer.module_address;
+    // `versions` and `num_overwrites` point into this trace: Assemble recomputes them
+    // from the fork's own ops.
+  }
   parts.modules = modules_;
   parts.params = params_;
   parts.diagnostics = diagnostics_;

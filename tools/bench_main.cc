@@ -3,6 +3,7 @@
 //
 //   tools/bazelw run -c opt //tools:bench                       # all models, 1 thread
 //   tools/bazelw run -c opt //tools:bench -- --models mlp50 --threads 2 --json out.json
+//   tools/bazelw run -c opt //tools:bench -- --models mlp50 --configs do_last_op  # profiling
 //
 // For each model, every configuration runs interleaved with the others (plain forward,
 // capture without saved values, full capture, ValidateForwardPass, Do on the last op, Do on
@@ -172,6 +173,7 @@ double MicrosOf(const std::function<void()>& run, bool consolidate_frees = true)
 struct Options {
   std::string models_dir;
   std::vector<std::string> only;
+  std::vector<std::string> configs;  // --configs: these rows and "plain" (all when empty)
   int threads = 1;
   int repeats = 0;  // 0: chosen per model
   std::string json_file;
@@ -190,13 +192,14 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   FlagParser flags;
   flags.String("models_dir", &options.models_dir);
   flags.List("models", &options.only);
+  flags.List("configs", &options.configs);
   flags.Int("threads", &options.threads, 1);
   flags.Int("repeats", &options.repeats, 1);
   flags.String("json", &options.json_file);
   if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(parsed.message(),
-                     "; flags: --models a,b --threads N --repeats N --json FILE --models_dir DIR"));
+                     "; flags: --models a,b --configs a,b --threads N --repeats N --json FILE --models_dir DIR"));
   }
   return options;
 }
@@ -279,6 +282,15 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
            do_first_cone = r.ok() ? static_cast<int>(r->reexecuted.size()) : -1;
          },
          {}});
+  }
+  if (!options.configs.empty()) {  // profiling one row: keep it and the plain forward
+    configs.erase(std::remove_if(configs.begin() + 1, configs.end(),
+                                 [&](const Config& config) {
+                                   return std::find(options.configs.begin(),
+                                                    options.configs.end(),
+                                                    config.name) == options.configs.end();
+                                 }),
+                  configs.end());
   }
   for (int warm = 0; warm < 3; ++warm) {
     for (Config& config : configs) config.run();
