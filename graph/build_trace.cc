@@ -126,6 +126,9 @@ Trace BuildTrace(CaptureRecord record) {
         op.layer_type_index = numbers.type_index;
         op.layer_step_index = numbers.step_index;
         op.label = LayerPassLabel(op.type, numbers.type_index, numbers.step_index, op.pass);
+        if (static_cast<size_t>(node.layer) < record.layer_positions.size()) {
+          op.source_position = record.layer_positions[node.layer];
+        }
         break;
       }
     }

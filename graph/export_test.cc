@@ -248,7 +248,8 @@ TEST(JsonExportTest, MetadataWithAVersionedSchema) {
   const Trace trace = Capture("bn2d_train");
   const nlohmann::json json = nlohmann::json::parse(*TraceToJson(trace));
   EXPECT_EQ(json["schema"], "torchlens.trace.json");
-  EXPECT_EQ(json["version"], 1);
+  EXPECT_EQ(json["version"], kJsonSchemaVersion);
+  EXPECT_EQ(kJsonSchemaVersion, 2);
   EXPECT_EQ(json["training"], true);
   ASSERT_EQ(json["ops"].size(), trace.ops().size());
   nlohmann::json bn;

@@ -60,6 +60,21 @@ struct OpJsonWriter {
     }
     return writes;
   }
+  static Json Value(const std::shared_ptr<const SourcePosition>& v) {
+    if (v == nullptr) return Json(nullptr);
+    Json branches = Json::array();
+    for (const BranchTaken& branch : v->branches) {
+      branches.push_back({{"file", branch.file},
+                          {"line", branch.line},
+                          {"text", branch.text},
+                          {"taken", branch.then ? "then" : "else"}});
+    }
+    return {{"file", v->file},
+            {"line", v->line},
+            {"column", v->column},
+            {"text", v->text},
+            {"branches", std::move(branches)}};
+  }
   // Saved values never reach `Value` (see operator()); these keep the template from
   // being instantiated for them.
   static Json Value(const at::Tensor&) { return Json(nullptr); }

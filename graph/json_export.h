@@ -1,8 +1,9 @@
 // A trace's metadata as JSON (no tensor values), for tools and other languages.
 //
-// Schema "torchlens.trace.json", version 1; every field:
+// Schema "torchlens.trace.json", version 2 (version 1 had no "source_position"); every
+// field:
 //   {
-//     "schema": "torchlens.trace.json", "version": 1,
+//     "schema": "torchlens.trace.json", "version": 2,
 //     "training": bool, "has_saved_values": bool,
 //     "partial_reason": "" for a complete trace, else why it is partial,
 //     "ops": [ {the metadata fields of NOTE [One Op field table] (graph/op_fields.h),
@@ -14,7 +15,10 @@
 //               "alias_writes": [ {"before": {"kind", "name", "output_index"},
 //                                  "written_tensor", "aliased": {"sizes", "strides",
 //                                  "storage_offset"}, "written": {...}} ],
-//               "start_ns", "duration_ns" (-1 when not timed)} ],
+//               "start_ns", "duration_ns" (-1 when not timed),
+//               "source_position": null | {"file", "line", "column", "text",
+//                                  "branches": [ {"file", "line", "text",
+//                                                 "taken": "then"|"else"} ]}} ],
 //     "buffers": [ {"address", "module_address", "versions": [label], "num_overwrites",
 //                   "shape": [int], "dtype"} ],
 //     "modules": [ {"address", "type_name", "buffers": [address], "params": [address]} ],
@@ -38,7 +42,7 @@
 namespace torchlens {
 
 inline constexpr char kJsonSchema[] = "torchlens.trace.json";
-inline constexpr int kJsonSchemaVersion = 1;
+inline constexpr int kJsonSchemaVersion = 2;
 
 // Extra top-level members: each a name and a JSON document.
 using JsonMembers = std::vector<std::pair<std::string, std::string>>;

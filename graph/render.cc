@@ -3,11 +3,13 @@
 #include <graphviz/cgraph.h>
 #include <graphviz/gvc.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "graph/dead_nodes.h"
 #include "graph/file_io.h"
+#include "graph/render_groups.h"
 #include "graph/summary.h"
 
 namespace torchlens {
@@ -91,12 +94,32 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
     return clusters[address];
   };
 
+  // See NOTE [Collapsed and rolled pictures].
+  const RenderGrouping grouping = GroupForRender(trace, options.max_module_depth, options.rolled);
+  std::map<std::string, int> calls_of;  // collapsed module -> its calls, unrolled
+  for (const RenderGroup& group : grouping.groups) {
+    if (group.kind == RenderGroup::Kind::kModule) {
+      calls_of[group.name] = std::max(calls_of[group.name], group.call);
+    }
+  }
+  std::vector<bool> drawn(grouping.groups.size(), false);
   std::vector<std::string> edges;
+  std::set<std::pair<int, int>> linked;  // (from, to) groups with an edge drawn
+  auto link = [&](size_t from, size_t to, absl::string_view style) {
+    const int a = grouping.group_of[from];
+    const int b = grouping.group_of[to];
+    if (a == b || !linked.emplace(a, b).second) return;
+    edges.push_back(absl::StrCat(NodeId(a), " -> ", NodeId(b), style));
+  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     if (!shown(op)) continue;
+    const int group_index = grouping.group_of[i];
+    const RenderGroup& group = grouping.groups[group_index];
     std::vector<std::string> attributes;
     std::vector<std::string> hidden;
+    std::vector<std::string> tooltip;  // lines: what is odd about the node first,
+    std::vector<std::string> code;     // then where it is in the model's code
     std::string text;
     if (op.is_buffer) {
       text = absl::StrCat(op.address, ":", op.buffer_pass, "\n",
@@ -118,6 +141,18 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
         absl::StrAppend(&text, "\nparams: ", absl::StrJoin(params, ", "));
       }
       if (op.is_constant() && !op.address.empty()) absl::StrAppend(&text, "\n", op.address);
+      if (op.source_position != nullptr) {
+        const SourcePosition& position = *op.source_position;
+        code.push_back(absl::StrCat(FormatSourcePosition(position), ": ", position.text));
+        // Which branches ran: why two requests' traces differ.
+        for (const BranchTaken& branch : position.branches) {
+          const std::string where =
+              FormatSourcePosition(SourcePosition{branch.file, branch.line}, /*short_file=*/true);
+          absl::StrAppend(&text, "\n", branch.then ? "then" : "else", " of if at ", where);
+          code.push_back(
+              absl::StrCat(branch.then ? "then" : "else", " of ", where, ": ", branch.text));
+        }
+      }
       if (op.is_input()) {
         attributes = {"shape=oval", "style=filled", "fillcolor=\"#c8f0c8\""};
       } else if (op.is_output()) {
@@ -125,8 +160,8 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
       } else if (op.is_constant()) {
         attributes = {"shape=note", "style=filled", "fillcolor=\"#e0e0e0\""};
       } else if (dead[i]) {
-        attributes = {"shape=box", "style=\"rounded,dotted\"", "fontcolor=gray40",
-                      "tooltip=\"dead: nothing the forward produced depends on it\""};
+        attributes = {"shape=box", "style=\"rounded,dotted\"", "fontcolor=gray40"};
+        tooltip.push_back("dead: nothing the forward produced depends on it");
       } else {
         attributes = {"shape=box", "style=\"rounded,filled\"", "fillcolor=white"};
       }
@@ -135,26 +170,53 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
       if (parent < 0) continue;
       const Op& from = ops[parent];
       if (shown(from)) {
-        edges.push_back(absl::StrCat(NodeId(parent), " -> ", NodeId(i)));
+        link(parent, i, "");
         continue;
       }
       hidden.push_back(absl::StrCat(from.address, ":", from.buffer_pass));
       // Keep the data flow through a hidden written version visible.
       for (int32_t writer : from.parent_indices) {
-        if (writer >= 0 && shown(ops[writer])) {
-          edges.push_back(absl::StrCat(NodeId(writer), " -> ", NodeId(i), " [style=dashed]"));
-        }
+        if (writer >= 0 && shown(ops[writer])) link(writer, i, " [style=dashed]");
       }
+    }
+    if (drawn[group_index]) continue;  // an earlier member drew the group's node
+    drawn[group_index] = true;
+    std::string cluster = op.is_input() || op.is_output() ? std::string() : op.module_address;
+    if (group.kind == RenderGroup::Kind::kModule) {
+      auto module = trace.modules().find(group.name);
+      text = absl::StrCat(group.name,
+                          module == trace.modules().end() || module->second.type_name.empty()
+                              ? ""
+                              : absl::StrCat(" (", module->second.type_name, ")"),
+                          "\n", group.compute_ops, group.compute_ops == 1 ? " op" : " ops");
+      if (options.rolled && group.passes > 1) {
+        absl::StrAppend(&text, ", ", group.passes, " calls");
+      } else if (!options.rolled && calls_of[group.name] > 1) {
+        absl::StrAppend(&text, ", call ", group.call, " of ", calls_of[group.name]);
+      }
+      attributes = {"shape=box3d", "style=filled", "fillcolor=\"#dde6f5\""};
+      hidden.clear();
+      tooltip = {absl::StrCat("collapsed: ", group.name, " starting at ", op.label)};
+      code.clear();
+      const size_t dot = group.name.rfind('.');
+      cluster = dot == std::string::npos ? std::string() : group.name.substr(0, dot);
+    } else if (group.kind == RenderGroup::Kind::kLayer && group.passes > 1) {
+      // The first line names the layer, not one pass of it.
+      text = absl::StrCat(op.is_buffer ? op.address : group.name,
+                          text.substr(std::min(text.find('\n'), text.size())), "\n", group.passes,
+                          op.is_buffer ? " versions" : " passes");
     }
     if (!hidden.empty()) {
       attributes.push_back("peripheries=2");
-      attributes.push_back(absl::StrCat(
-          "tooltip=", Quote(absl::StrCat("Hidden buffers: ", absl::StrJoin(hidden, ", ")))));
+      tooltip.push_back(absl::StrCat("Hidden buffers: ", absl::StrJoin(hidden, ", ")));
+    }
+    tooltip.insert(tooltip.end(), code.begin(), code.end());
+    if (!tooltip.empty()) {
+      attributes.push_back(absl::StrCat("tooltip=", Quote(absl::StrJoin(tooltip, "\n"))));
     }
     attributes.push_back(absl::StrCat("label=", Quote(text)));
-    const std::string& module = op.is_input() || op.is_output() ? std::string() : op.module_address;
-    cluster_of(module).statements.push_back(
-        absl::StrCat(NodeId(i), " [", absl::StrJoin(attributes, ", "), "];"));
+    cluster_of(cluster).statements.push_back(
+        absl::StrCat(NodeId(group_index), " [", absl::StrJoin(attributes, ", "), "];"));
   }
 
   std::string dot =
@@ -169,6 +231,14 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
     for (const std::string& statement : cluster.statements)
       absl::StrAppend(&dot, indent, statement, "\n");
     for (const std::string& child : cluster.children) {
+      const Cluster& inner = clusters[child];
+      if (inner.children.empty() && inner.statements.size() == 1) {
+        // A module drawn as one node needs no frame around it: its node says "@module".
+        // Graphviz lays out each cluster on its own, which made a 4,000-op MLP (a module
+        // per op) 10x slower to draw (README "Pictures and files").
+        absl::StrAppend(&dot, indent, inner.statements[0], "\n");
+        continue;
+      }
       auto module = trace.modules().find(child);
       const std::string title = module == trace.modules().end() || module->second.type_name.empty()
                                     ? child

@@ -4,7 +4,8 @@
 //   absl::Status s = torchlens::RenderToFile(*trace, "graph.svg");
 //
 // One node per op (label, type, output shape, module; parameters it read summarised on
-// it), inputs and outputs marked, modules drawn as nested clusters by address. Buffer
+// it), inputs and outputs marked, modules drawn as nested clusters by address (a module
+// that would frame a single node and no submodule is not framed: its node names it). Buffer
 // version nodes are `shape=cylinder`, labelled `address:version` with their write kind.
 // `ShowBuffers::kMeaningful` (the default) hides BatchNorm/InstanceNorm bookkeeping
 // (`running_mean`, `running_var`, `num_batches_tracked`), `kAlways` shows every buffer,
@@ -29,6 +30,13 @@ enum class ShowBuffers { kNever, kMeaningful, kAlways };
 struct RenderOptions {
   ShowBuffers show_buffers = ShowBuffers::kMeaningful;
   bool show_dead = true;  // draw nodes nothing the forward produced depends on
+  // Pictures of big graphs (NOTE [Collapsed and rolled pictures] in graph/render_groups.h).
+  // N >= 1: a module N levels deep ("layer1.0" is 2) is one box per call, labelled with
+  // its op count; the modules above it stay clusters. 0: every module drawn open.
+  int max_module_depth = 0;
+  // Draw the passes of each layer once (labelled with their count), and each collapsed
+  // module's calls as one box.
+  bool rolled = false;
 };
 
 std::string RenderDot(const Trace& trace, RenderOptions options = {});

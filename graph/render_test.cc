@@ -50,10 +50,13 @@ TEST(RenderTest, MeaningfulShowsArchitecturalBuffersAndMarksHiddenOnes) {
   const std::string bn = NodeLine(dot, "batch_norm_1_2:1");
   ASSERT_FALSE(bn.empty()) << dot;
   EXPECT_THAT(bn, HasSubstr("peripheries=2"));
-  EXPECT_THAT(bn, HasSubstr("tooltip=\"Hidden buffers: bn.running_mean:1, bn.running_var:1\""));
+  // The tooltip's first line; the statement's source position follows.
+  EXPECT_THAT(bn, HasSubstr("tooltip=\"Hidden buffers: bn.running_mean:1, bn.running_var:1\\n"));
+  EXPECT_THAT(bn, HasSubstr("torch/nn/functional.py:"));
   EXPECT_THAT(NodeLine(dot, "matmul_1_1:1"), Not(HasSubstr("peripheries")));
-  EXPECT_THAT(dot, HasSubstr("subgraph \"cluster_bn\""));
-  EXPECT_THAT(dot, HasSubstr("label=\"bn (BatchNorm1d)\""));
+  // bn draws one node here: it is not framed, and its node names it.
+  EXPECT_THAT(dot, Not(HasSubstr("cluster_bn")));
+  EXPECT_THAT(bn, HasSubstr("@bn"));
   EXPECT_THAT(bn, HasSubstr("params: weight [4], bias [4]"));
 }
 
@@ -65,6 +68,9 @@ TEST(RenderTest, AlwaysShowsEveryBufferWithoutMarkers) {
   EXPECT_THAT(dot, HasSubstr("bn.running_var:1\\nread"));
   EXPECT_THAT(dot, Not(HasSubstr("peripheries")));
   EXPECT_THAT(dot, Not(HasSubstr("Hidden buffers")));
+  // With its buffer versions, bn draws three nodes: a cluster frames them.
+  EXPECT_THAT(dot, HasSubstr("subgraph \"cluster_bn\""));
+  EXPECT_THAT(dot, HasSubstr("label=\"bn (BatchNorm1d)\""));
 }
 
 TEST(RenderTest, NeverShowsNoBuffer) {
@@ -72,7 +78,7 @@ TEST(RenderTest, NeverShowsNoBuffer) {
   const std::string dot = RenderDot(trace, RenderOptions{ShowBuffers::kNever});
   EXPECT_EQ(Count(dot, "shape=cylinder"), 0);
   EXPECT_THAT(NodeLine(dot, "matmul_1_1:1"),
-              HasSubstr("tooltip=\"Hidden buffers: causal_mask:1\""));
+              HasSubstr("tooltip=\"Hidden buffers: causal_mask:1\\n"));
 }
 
 TEST(RenderTest, HiddenWrittenVersionKeepsTheFlowAsADashedEdge) {
@@ -127,6 +133,52 @@ TEST(RenderTest, DeadComputationIsDottedOrHiddenAndConstantsAreNotes) {
   const std::string scale = NodeLine(attribute, "constant_1");
   EXPECT_THAT(scale, HasSubstr("shape=note"));
   EXPECT_THAT(scale, HasSubstr("\\nscale"));
+}
+
+// Demo (tools/gen_testdata.py): stem, block1 and block2 (conv, bn, relu each), head,
+// between root ops. At depth 1 each of the four top-level modules is one box.
+TEST(RenderTest, DepthLimitCollapsesModulesIntoBoxesWithTheirOpCounts) {
+  const Trace trace = Capture("demo");
+  RenderOptions collapsed;
+  collapsed.max_module_depth = 1;
+  const std::string dot = RenderDot(trace, collapsed);
+  EXPECT_EQ(Count(dot, "shape=box3d"), 4) << dot;
+  EXPECT_THAT(dot, HasSubstr("label=\"block1 (ConvBlock)\\n3 ops\""));
+  EXPECT_THAT(dot, HasSubstr("label=\"block2 (ConvBlock)\\n3 ops\""));
+  EXPECT_THAT(dot, HasSubstr("label=\"stem (Conv2d)\\n1 op\""));
+  EXPECT_THAT(dot, HasSubstr("label=\"head (Linear)\\n1 op\""));
+  // Every node the full picture draws outside those modules is still drawn.
+  const std::string full = RenderDot(trace);
+  int inside = 0;
+  for (const Op& op : trace.ops()) {
+    inside += BufferShown(op, ShowBuffers::kMeaningful) && !op.module_address.empty() &&
+              !op.is_input() && !op.is_output();
+  }
+  EXPECT_EQ(Count(dot, "[shape="), Count(full, "[shape=") - inside + 4);
+  EXPECT_THAT(dot, Not(HasSubstr("cluster_block1")));
+}
+
+// LoopReuse: a TorchScript loop runs cell (linear, tanh) three times.
+TEST(RenderTest, RolledViewDrawsEachLayerOnceWithItsPasses) {
+  const Trace trace = Capture("loop_reuse");
+  RenderOptions rolled;
+  rolled.rolled = true;
+  const std::string dot = RenderDot(trace, rolled);
+  EXPECT_EQ(Count(dot, "[shape="), 4) << dot;  // input, linear, tanh, output
+  EXPECT_EQ(Count(dot, "3 passes"), 2) << dot;
+  EXPECT_EQ(Count(dot, " -> "), 4) << dot;  // input->linear, linear->tanh, tanh->linear, ->out
+
+  RenderOptions boxes;
+  boxes.max_module_depth = 1;
+  const std::string unrolled = RenderDot(trace, boxes);
+  EXPECT_EQ(Count(unrolled, "shape=box3d"), 3) << unrolled;
+  for (int call = 1; call <= 3; ++call) {
+    EXPECT_THAT(unrolled, HasSubstr(absl::StrCat("cell (Cell)\\n2 ops, call ", call, " of 3")));
+  }
+  boxes.rolled = true;
+  const std::string one_box = RenderDot(trace, boxes);
+  EXPECT_EQ(Count(one_box, "shape=box3d"), 1) << one_box;
+  EXPECT_THAT(one_box, HasSubstr("cell (Cell)\\n6 ops, 3 calls"));
 }
 
 }  // namespace

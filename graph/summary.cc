@@ -40,6 +40,16 @@ class Table {
 
 std::string ModuleColumn(const std::string& address) { return address.empty() ? "-" : address; }
 
+// "linear.py:114", then each branch it ran in: "model.py:20 (then of :14)".
+std::string SourceColumn(const Op& op) {
+  if (op.source_position == nullptr) return "-";
+  std::string column = FormatSourcePosition(*op.source_position, /*short_file=*/true);
+  for (const BranchTaken& branch : op.source_position->branches) {
+    absl::StrAppend(&column, " (", branch.then ? "then" : "else", " of :", branch.line, ")");
+  }
+  return column;
+}
+
 }  // namespace
 
 std::string FormatShape(c10::IntArrayRef shape) {
@@ -61,8 +71,14 @@ std::string FormatSummary(const Trace& trace) {
     absl::StrAppend(&out, "Values saved for ", compute - unsaved, " of ", compute,
                     " ops (selective saving or the memory budget)\n");
   }
+  // TorchScript traces say where each op is in the model's code, and which `if` branches
+  // it ran in (SourcePosition); other traces have no such column.
+  const bool has_positions = std::any_of(trace.ops().begin(), trace.ops().end(),
+                                         [](const Op& op) { return op.source_position; });
   Table ops;
-  ops.Add({"label", "type", "shape", "dtype", "module", "parents"});
+  std::vector<std::string> header = {"label", "type", "shape", "dtype", "module", "parents"};
+  if (has_positions) header.insert(header.end() - 1, "source");
+  ops.Add(std::move(header));
   for (const Op& op : trace.ops()) {
     std::string type = op.type;
     if (op.is_buffer) {
@@ -72,8 +88,14 @@ std::string FormatSummary(const Trace& trace) {
     }
     std::vector<std::string> parents = op.parents;
     for (const std::string& param : op.parent_params) parents.push_back(param);
-    ops.Add({op.label, type, FormatShape(op.tensor_shape), op.tensor_dtype,
-             ModuleColumn(op.module_address), absl::StrJoin(parents, ", ")});
+    std::vector<std::string> row = {op.label,
+                                    type,
+                                    FormatShape(op.tensor_shape),
+                                    op.tensor_dtype,
+                                    ModuleColumn(op.module_address),
+                                    absl::StrJoin(parents, ", ")};
+    if (has_positions) row.insert(row.end() - 1, SourceColumn(op));
+    ops.Add(std::move(row));
   }
   absl::StrAppend(&out, ops.Render("  "));
 

@@ -41,6 +41,15 @@ absl::string_view WriteKindName(WriteKind kind) {
   return "unknown";
 }
 
+std::string FormatSourcePosition(const SourcePosition& position, bool short_file) {
+  absl::string_view file = position.file;
+  if (short_file) {
+    const size_t slash = file.rfind('/');
+    if (slash != absl::string_view::npos) file.remove_prefix(slash + 1);
+  }
+  return absl::StrCat(file, ":", position.line);
+}
+
 absl::string_view ArgSourceKindName(ArgSource::Kind kind) {
   switch (kind) {
     case ArgSource::Kind::kNode:

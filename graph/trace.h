@@ -112,6 +112,33 @@ enum class OpKind : uint8_t {
 // `is_buffer`): for traces read from files, which store the type.
 OpKind OpKindOf(absl::string_view type, bool is_buffer);
 
+// An `if` of TorchScript code that an op ran inside, and which of its branches ran.
+struct BranchTaken {
+  std::string file;  // where the `if` statement is, as SourcePosition names it
+  int line = 0;
+  std::string text;  // "if bool(x.sum() > 0):"
+  bool then = true;  // true: the `if` body ran; false: the `else` body
+};
+
+// Where in the model's source code an op ran: the statement of the innermost function
+// (for an op inside `nn.Linear`, the line of torch/nn/modules/linear.py that calls
+// `F.linear`). TorchScript only: LibTorch's debug information maps the compiled code back
+// to the Python file the model was scripted from (the path on the machine that scripted
+// it); a model saved without it names its serialized code ("code/__torch__/...").
+// Shared by every op of one statement, across captures of one model.
+struct SourcePosition {
+  std::string file;
+  int line = 0;      // 1-based
+  int column = 0;    // 0-based
+  std::string text;  // the line, without its indentation
+  // The `if`s the statement is inside, outermost first; empty when none (or when the
+  // capture could not tell: see README "Source positions and branches").
+  std::vector<BranchTaken> branches;
+};
+
+// "file:line" ("linear.py:114" keeps the file's base name only with `short_file`).
+std::string FormatSourcePosition(const SourcePosition& position, bool short_file = false);
+
 // One graph node. Buffer versions, inputs and outputs are plain `Op`s too.
 struct Op {
   std::string label;      // unique, pass-qualified: "conv2d_1_1:1", "buffer_2:3", "input_1"
@@ -156,6 +183,9 @@ struct Op {
   // nested calls included), with CaptureOptions::time_ops; -1 otherwise.
   int64_t start_ns = -1;
   int64_t duration_ns = -1;
+  // Where in the model's code it ran (see SourcePosition); null for ops outside TorchScript
+  // code and for buffer versions, inputs and outputs.
+  std::shared_ptr<const SourcePosition> source_position;
 
   OpKind kind = OpKind::kOp;
   // The positions in `Trace::ops()` of `parents` and `children`, in the same order (-1 for

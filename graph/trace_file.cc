@@ -184,6 +184,28 @@ struct OpWriter {
     }
     d.insert(name, list);
   }
+  void operator()(const char* name, const std::shared_ptr<const SourcePosition>& v, OpField) {
+    if (v == nullptr) {
+      d.insert(name, c10::IValue());
+      return;
+    }
+    Dict position = NewDict();
+    position.insert("file", v->file);
+    position.insert("line", static_cast<int64_t>(v->line));
+    position.insert("column", static_cast<int64_t>(v->column));
+    position.insert("text", v->text);
+    List branches = NewList();
+    for (const BranchTaken& branch : v->branches) {
+      Dict b = NewDict();
+      b.insert("file", branch.file);
+      b.insert("line", static_cast<int64_t>(branch.line));
+      b.insert("text", branch.text);
+      b.insert("taken", std::string(branch.then ? "then" : "else"));
+      branches.push_back(b);
+    }
+    position.insert("branches", branches);
+    d.insert(name, position);
+  }
 };
 
 c10::IValue OpToIValue(const Op& op) {
@@ -355,6 +377,33 @@ struct OpReader {
       alias.value = w.Tensor(write, "value");
       v.push_back(std::move(alias));
     }
+  }
+  void Read(const char* name, std::shared_ptr<const SourcePosition>& v) {
+    const c10::IValue& field = r.Field(d, name);
+    if (field.isNone()) return;
+    Reader p(absl::StrCat("ops[", index, "] source position"));
+    const Dict d = p.DictAt(field);
+    auto position = std::make_shared<SourcePosition>();
+    position->file = p.String(d, "file");
+    position->line = static_cast<int>(p.Int(d, "line"));
+    position->column = static_cast<int>(p.Int(d, "column"));
+    position->text = p.String(d, "text");
+    for (const c10::IValue& value : p.ListOf(d, "branches")) {
+      Reader b(absl::StrCat("ops[", index, "] source position branch"));
+      const Dict branch = b.DictAt(value);
+      BranchTaken taken;
+      taken.file = b.String(branch, "file");
+      taken.line = static_cast<int>(b.Int(branch, "line"));
+      taken.text = b.String(branch, "text");
+      const std::string which = b.String(branch, "taken");
+      if (which != "then" && which != "else") {
+        throw Reader::Malformed{
+            absl::StrCat("ops[", index, "] has a branch taken \"", which, "\"")};
+      }
+      taken.then = which == "then";
+      position->branches.push_back(std::move(taken));
+    }
+    v = std::move(position);
   }
 };
 

@@ -17,8 +17,10 @@
 // several ops are stored once. LoadTrace gives back an equal `Trace`: same labels, edges,
 // buffer entities, and bit-identical tensors. Version 2 added each op's "alias_writes"
 // (dicts of "before", "written_tensor", "aliased" and "written" geometries, "value") and
-// each diagnostic's "label", and each op's "start_ns" and "duration_ns"; version 1 files,
-// which have none of them, still load.
+// each diagnostic's "label", and each op's "start_ns" and "duration_ns". Version 3 added
+// each op's "source_position": `None`, or a dict of "file", "line", "column", "text" and
+// "branches" (dicts of "file", "line", "text", "taken": "then" or "else"). Files of
+// earlier versions, which lack those fields, still load.
 #ifndef TORCHLENS_GRAPH_TRACE_FILE_H_
 #define TORCHLENS_GRAPH_TRACE_FILE_H_
 
@@ -32,7 +34,7 @@
 namespace torchlens {
 
 inline constexpr char kTraceFileFormat[] = "torchlens.trace";
-inline constexpr int kTraceFileVersion = 2;
+inline constexpr int kTraceFileVersion = 3;
 
 // kInvalidArgument, writing nothing, when a tensor of the trace is sparse (or of another
 // non-strided layout): LibTorch 1.13 would write it in a form Python's torch.load cannot

@@ -67,6 +67,16 @@ at::Tensor Expected::initial_buffer(const std::string& address) const {
   return Get(absl::StrCat("initial__", absl::StrReplaceAll(address, {{".", "__"}})));
 }
 
+int Expected::source_line(const std::string& key) const {
+  return static_cast<int>(Get(absl::StrCat("source_line__", key)).item<int64_t>());
+}
+
+std::string Expected::source_text(const std::string& key) const {
+  const at::Tensor bytes = Get(absl::StrCat("source_text__", key)).contiguous();
+  const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+  return std::string(data, data + bytes.numel());
+}
+
 bool Expected::has_edit(int k) const { return values_.hasattr(absl::StrCat("edit_", k, "_value")); }
 
 at::Tensor Expected::edit_value(int k) const { return Get(absl::StrCat("edit_", k, "_value")); }

@@ -40,6 +40,10 @@ class Expected {
   at::Tensor edit_value(int k) const;
   at::Tensor edit_output(int k, int i) const;
   at::Tensor edit_buffer(int k, const std::string& address) const;
+  // A statement of gen_testdata.py's source_markers(), as Python's `inspect` reads it:
+  // its 1-based line in its file and its text without indentation.
+  int source_line(const std::string& key) const;
+  std::string source_text(const std::string& key) const;
 
  private:
   at::Tensor Get(const std::string& key) const;

@@ -197,9 +197,9 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   flags.Int("repeats", &options.repeats, 1);
   flags.String("json", &options.json_file);
   if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(parsed.message(),
-                     "; flags: --models a,b --configs a,b --threads N --repeats N --json FILE --models_dir DIR"));
+    return absl::InvalidArgumentError(absl::StrCat(parsed.message(),
+                                                   "; flags: --models a,b --configs a,b --threads "
+                                                   "N --repeats N --json FILE --models_dir DIR"));
   }
   return options;
 }
@@ -286,8 +286,7 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   if (!options.configs.empty()) {  // profiling one row: keep it and the plain forward
     configs.erase(std::remove_if(configs.begin() + 1, configs.end(),
                                  [&](const Config& config) {
-                                   return std::find(options.configs.begin(),
-                                                    options.configs.end(),
+                                   return std::find(options.configs.begin(), options.configs.end(),
                                                     config.name) == options.configs.end();
                                  }),
                   configs.end());

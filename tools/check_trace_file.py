@@ -10,6 +10,7 @@ The trace is of testdata/demo.pt in training mode. Values are checked against Py
 recomputing them in Python, an oracle independent of the C++ capture.
 """
 
+import inspect
 import json
 import sys
 import xml.dom.minidom
@@ -30,7 +31,7 @@ def main(trace_path, json_path, svg_path, fields_path):
     fields, metadata = read_fields(fields_path)
     trace = torch.load(trace_path)
     assert trace["format"] == "torchlens.trace", trace["format"]
-    assert trace["version"] == 2
+    assert trace["version"] == 3
     assert trace["training"] is True
     ops = {op["label"]: op for op in trace["ops"]}
     labels = [op["label"] for op in trace["ops"]]
@@ -56,6 +57,18 @@ def main(trace_path, json_path, svg_path, fields_path):
     assert torch.allclose(softmax["out"], F.log_softmax(ops["linear_1_14:1"]["out"], dim=1))
     assert torch.equal(ops["output_1"]["out"], softmax["out"])
 
+    # Source positions: the stem's conv2d ran at the line of Conv2d._conv_forward that
+    # calls F.conv2d (Python's inspect is the oracle); ops outside TorchScript code have none.
+    lines, first = inspect.getsourcelines(torch.nn.Conv2d._conv_forward)
+    conv_lines = [first + i for i, line in enumerate(lines) if "return F.conv2d(input" in line]
+    position = stem["source_position"]
+    assert position["file"].endswith("torch/nn/modules/conv.py"), position
+    assert position["line"] in conv_lines, (position, conv_lines)
+    assert position["text"] == lines[position["line"] - first].strip(), position
+    assert position["branches"] == [] or all(b["taken"] in ("then", "else")
+                                             for b in position["branches"]), position
+    assert ops["input_1"]["source_position"] is None
+
     # Buffers: BatchNorm running statistics written by the fused kernel.
     buffers = {b["address"]: b for b in trace["buffers"]}
     mean = buffers["block1.bn.running_mean"]
@@ -72,11 +85,12 @@ def main(trace_path, json_path, svg_path, fields_path):
     # JSON: the same graph, with its schema.
     with open(json_path) as f:
         meta = json.load(f)
-    assert meta["schema"] == "torchlens.trace.json" and meta["version"] == 1
+    assert meta["schema"] == "torchlens.trace.json" and meta["version"] == 2
     assert [op["label"] for op in meta["ops"]] == labels
     for op in meta["ops"]:
         assert list(op.keys()) == metadata, (op["label"], list(op.keys()), metadata)
     assert meta["ops"][labels.index("relu_1_6:1")]["parents"] == ["batch_norm_1_5:1"]
+    assert meta["ops"][labels.index("conv2d_1_2:1")]["source_position"] == position
 
     # SVG: well-formed XML with one node per drawn op (BatchNorm bookkeeping hidden).
     svg = xml.dom.minidom.parse(svg_path)

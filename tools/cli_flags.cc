@@ -17,8 +17,10 @@ const char kUsage[] =
     "usage: torchlens [--model FILE.pt] [--input_shape 1,3,224,224[;...] | --input FILE]\n"
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
     "                 [--validate] [--edit LABEL=VALUE ...] [--render FILE.svg|png|pdf]\n"
-    "                 [--show_buffers never|meaningful|always] [--json FILE] [--save FILE]\n"
+    "                 [--show_buffers never|meaningful|always] [--render_depth N] [--rolled]\n"
+    "                 [--json FILE] [--save FILE]\n"
     "                 [--compare TRACE | --compare_model FILE.pt] [--hash] [--non_finite]\n"
+    "                 [--module M,...]\n"
     "                 [--chrome_trace FILE.json] [--save_modules M,... --save_types T,...\n"
     "                 --save_labels L,...] [--halt_after M|LABEL] [--stop_at_non_finite]\n"
     "                 [--max_saved_bytes N [--partial_on_budget]]\n"
@@ -42,6 +44,9 @@ const char kUsage[] =
     "  --render FILE       draw the graph (SVG, PNG or PDF by extension)\n"
     "  --show_buffers S    buffers drawn: never, meaningful (default: hides BatchNorm\n"
     "                      running statistics and counters) or always\n"
+    "  --render_depth N    draw each module N levels deep as one box per call (its\n"
+    "                      op count on it); 0 (default) draws every module open\n"
+    "  --rolled            draw each layer's passes (and each box's calls) once\n"
     "  --json FILE         write the trace's metadata as JSON\n"
     "  --save FILE         write a trace file (torch.load reads it in Python)\n"
     "  --compare TRACE     compare with a trace file written by --save: each node's\n"
@@ -50,6 +55,7 @@ const char kUsage[] =
     "  --hash              print the structure hash (the same for any inputs of these\n"
     "                      shapes; it changes when an op, edge, shape or module does)\n"
     "  --non_finite        print the first op whose output holds NaN or Inf\n"
+    "  --module M,...      print each call of these modules: its ops and outputs\n"
     "  --chrome_trace F    time every op and write a Chrome trace (Perfetto) to F\n"
     "  --save_modules M,.. save values only of ops in these modules (and under them),\n"
     "  --save_types T,...  of these op types (conv2d, relu),\n"
@@ -122,6 +128,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   flags.Switch("validate", &options.validate);
   flags.Switch("hash", &options.hash);
   flags.Switch("non_finite", &options.non_finite);
+  flags.List("module", &options.modules);
   flags.String("model", &options.model);
   flags.String("input", &options.input_file);
   flags.String("summary", &options.summary_file);
@@ -146,6 +153,8 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     options.render_file = std::string(v);
     return absl::OkStatus();
   });
+  flags.Int("render_depth", &options.render_depth, 0);
+  flags.Switch("rolled", &options.rolled);
   flags.Value("show_buffers", [&](absl::string_view v) {
     if (v != "never" && v != "meaningful" && v != "always") {
       return absl::InvalidArgumentError(

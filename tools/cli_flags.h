@@ -31,13 +31,16 @@ struct CliOptions {
   std::vector<EditFlag> edits;
   std::string render_file;                  // .svg, .png or .pdf
   std::string show_buffers = "meaningful";  // never | meaningful | always
+  int render_depth = 0;                     // RenderOptions::max_module_depth
+  bool rolled = false;                      // RenderOptions::rolled
   std::string json_file;
   std::string save_file;
-  std::string compare_trace;  // a trace file to compare the new trace with
-  std::string compare_model;  // a second model to run on the same inputs and compare
-  bool hash = false;          // print the structure hash
-  bool non_finite = false;    // print the first op whose output holds NaN or Inf
-  std::string chrome_trace;   // time every op and write a Chrome trace here
+  std::string compare_trace;         // a trace file to compare the new trace with
+  std::string compare_model;         // a second model to run on the same inputs and compare
+  bool hash = false;                 // print the structure hash
+  bool non_finite = false;           // print the first op whose output holds NaN or Inf
+  std::vector<std::string> modules;  // print each call of these modules and its outputs
+  std::string chrome_trace;          // time every op and write a Chrome trace here
   // README "Capture in a service: save less, stop early, bound memory".
   std::vector<std::string> save_modules;
   std::vector<std::string> save_types;
@@ -57,8 +60,9 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_
 absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
 
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
-// --summary, --validate, --edit (repeatable), --render, --show_buffers, --json, --save,
-// --compare, --compare_model, --hash, --non_finite, --chrome_trace, --save_modules,
+// --summary, --validate, --edit (repeatable), --render, --show_buffers, --render_depth,
+// --rolled, --json, --save,
+// --compare, --compare_model, --hash, --non_finite, --module, --chrome_trace, --save_modules,
 // --save_types, --save_labels, --halt_after, --stop_at_non_finite, --max_saved_bytes,
 // --partial_on_budget, --help; each
 // as "--flag=value" or "--flag value". kInvalidArgument for an unknown flag, a flag given twice

@@ -20,6 +20,7 @@ generator reproduces the same values.
 """
 
 import copy
+import inspect
 import os
 import sys
 
@@ -708,6 +709,25 @@ class ChecksInput(nn.Module):
         return self.fc(x)
 
 
+# ---------------------------------------------------------------------------------------
+# Issue 20: source positions and branches.
+
+class Branchy(nn.Module):
+    """An if/else on the input: which branch ran is an attribute of the ops inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = x * 2.0
+        if bool(x.sum() > 0):
+            y = torch.relu(self.fc(h))
+        else:
+            y = torch.tanh(h)
+        return y + 1.0
+
+
 def _double(x):
     return x * 2
 
@@ -846,6 +866,24 @@ def models():
         "forks_in_helper": (ForksInHelper, [rand(2, 3)], False),
         "sparse_output": (SparseOutput, [rand(2, 3)], False),
         "nested_150": (nested(150), [rand(1, 2)], False),
+        "branchy": (Branchy, [torch.ones(2, 3)], False),
+    }
+
+
+# Statements whose position the capture must report, found by Python's `inspect` (the
+# oracle): name -> {key: (function, text the line contains)}. The expected file holds
+# source_line__KEY (1-based line in the function's file) and source_text__KEY (the line
+# without indentation, as UTF-8 bytes).
+def source_markers():
+    return {
+        "branchy": {
+            "mul": (Branchy.forward, "h = x * 2.0"),
+            "if": (Branchy.forward, "if bool(x.sum() > 0):"),
+            "relu": (Branchy.forward, "y = torch.relu(self.fc(h))"),
+            "tanh": (Branchy.forward, "y = torch.tanh(h)"),
+            "add": (Branchy.forward, "return y + 1.0"),
+            "linear": (nn.Linear.forward, "F.linear("),
+        },
     }
 
 
@@ -950,6 +988,13 @@ def generate(name, factory, inputs, training):
             values[f"edit_{k}_output_{i}"] = y
         for address, buf in edited.named_buffers():
             values[buffer_key(f"edit_{k}_buffer", address)] = buf
+    for key, (function, marker) in source_markers().get(name, {}).items():
+        lines, first = inspect.getsourcelines(function)
+        matches = [i for i, line in enumerate(lines) if marker in line]
+        assert len(matches) == 1, (name, key, matches)
+        values["source_line__" + key] = torch.tensor(first + matches[0])
+        values["source_text__" + key] = torch.tensor(list(lines[matches[0]].strip().encode()),
+                                                     dtype=torch.uint8)
     torch.jit.script(Expected(values)).save(os.path.join(OUT, name + ".expected.pt"))
 
 

@@ -25,6 +25,7 @@
 #include "graph/compare.h"
 #include "graph/file_io.h"
 #include "graph/json_export.h"
+#include "graph/module_calls.h"
 #include "graph/non_finite.h"
 #include "graph/op_timing.h"
 #include "graph/render.h"
@@ -281,6 +282,11 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     if (!described.ok()) return described.status();
     absl::StrAppend(&summary, *described);
   }
+  for (const std::string& module : options->modules) {
+    absl::StatusOr<std::string> calls = DescribeModuleCalls(*trace, module);
+    if (!calls.ok()) return calls.status();
+    absl::StrAppend(&summary, *calls);
+  }
   if (reference.has_value()) {
     // The reference is a, this trace b: differences read "reference vs this run".
     absl::StatusOr<Comparison> comparison = Compare(*reference, *trace);
@@ -311,6 +317,8 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     render.show_buffers = options->show_buffers == "never"    ? ShowBuffers::kNever
                           : options->show_buffers == "always" ? ShowBuffers::kAlways
                                                               : ShowBuffers::kMeaningful;
+    render.max_module_depth = options->render_depth;
+    render.rolled = options->rolled;
     return RenderToFile(*trace, path, render);
   });
   output(options->json_file, "JSON",

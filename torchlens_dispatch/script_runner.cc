@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "torchlens_dispatch/recorder.h"
 #include "torchlens_dispatch/script_sites.h"
+#include "torchlens_dispatch/source_positions.h"
 
 namespace torchlens {
 namespace {
@@ -300,6 +301,7 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
     site.path = context.path;
     site.unknown_instance = context.unknown_instance;
     site.position = MixPosition(context.position, node->sourceRange());
+    site.source_position = SourcePositionOfNode(node);
     torch::jit::WithInsertPoint insert_before(MarkerPosition(node));
     torch::jit::Value* marker =
         graph->insertConstant(static_cast<int64_t>(reinterpret_cast<intptr_t>(&site)));

@@ -172,6 +172,7 @@ ScriptSite ScriptSites::Current(c10::Symbol op) {
     const bool unresolved = marked->unknown_instance || (resolved >> 31 & 1) != 0;
     ++marked_;
     ScriptSite site{true, module, marked->position, unresolved};
+    site.marked = marked;
     if (!unresolved) {
       // See NOTE [Layer classes].
       uint64_t layer_class = marked->layer_class.load();
@@ -212,7 +213,14 @@ ScriptSite ScriptSites::FromInterpreter() {
     position = MixPosition(position, stack[stack.size() - 1 - k].range);
   }
   site.position = position;
+  last_range_ = stack.empty() ? torch::jit::SourceRange() : stack.front().range;
   return site;
+}
+
+std::shared_ptr<const SourcePosition> ScriptSites::PositionOf(const ScriptSite& site) const {
+  if (!site.in_script) return nullptr;
+  if (site.marked != nullptr) return site.marked->source_position;
+  return SourcePositionOf(last_range_);
 }
 
 }  // namespace torchlens

@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "torchlens_dispatch/layer_classes.h"
+#include "torchlens_dispatch/source_positions.h"
 
 namespace torchlens {
 
@@ -83,6 +84,10 @@ struct alignas(64) MarkedSite {
   SerialTagged layer_class;
   // The named module instances from the root inward (NOTE [Site paths]); nullptr: the root.
   const SitePath* path = nullptr;
+  // Where the node is in the model's code (NOTE [Source positions]); read only when a
+  // capture meets the site's layer for the first time, so it is kept last, off the lines
+  // every op reads.
+  std::shared_ptr<const SourcePosition> source_position;
 };
 
 // Called by the marker op.
@@ -146,6 +151,7 @@ struct ScriptSite {
   bool unknown_instance = false;  // see ParsedHierarchy
   // For a marked site whose module is known: its number (NOTE [Layer classes]); else -1.
   int32_t layer_class = -1;
+  const MarkedSite* marked = nullptr;  // the marker's site, if the op had one
 };
 
 // Reads the current op's site from the TorchScript interpreter. One per capture.
@@ -156,6 +162,9 @@ class ScriptSites {
   ScriptSite Current(c10::Symbol op);
   int64_t marked() const { return marked_; }
   int64_t asked() const { return asked_; }
+  // The source position of `site`, the last one `Current` returned (NOTE [Source
+  // positions]); null outside TorchScript code.
+  std::shared_ptr<const SourcePosition> PositionOf(const ScriptSite& site) const;
 
  private:
   ScriptSite FromInterpreter();
@@ -168,6 +177,8 @@ class ScriptSites {
   int32_t last_module_ = 0;
   size_t last_innermost_ = 0;
   bool last_unknown_ = false;
+  // The statement the interpreter was running at the last op it located.
+  torch::jit::SourceRange last_range_;
 };
 
 // One entry of a module hierarchy ("block1(ConvBlock)::forward", "::helper") read against

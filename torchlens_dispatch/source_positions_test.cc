@@ -1,0 +1,169 @@
+// Source positions and branches (graph/trace.h SourcePosition), checked against the lines
+// Python's `inspect` found in tools/gen_testdata.py (testdata "branchy": an if/else on the
+// input's sum around a Linear).
+#include "torchlens_dispatch/source_positions.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "graph/json_export.h"
+#include "graph/render.h"
+#include "graph/summary.h"
+#include "graph/trace_file.h"
+#include "testdata/testdata.h"
+#include "torchlens_dispatch/capture.h"
+
+namespace torchlens {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The only compute op of `type`.
+const Op& OnlyOp(const Trace& trace, const std::string& type) {
+  const Op* found = nullptr;
+  for (const Op& op : trace.ops()) {
+    if (op.is_compute() && op.type == type) {
+      EXPECT_EQ(found, nullptr) << "two " << type << " ops";
+      found = &op;
+    }
+  }
+  if (found == nullptr) {
+    ADD_FAILURE() << "no " << type << " op";
+    static const Op* const kNone = new Op();
+    return *kNone;
+  }
+  return *found;
+}
+
+class SourcePositionsTest : public ::testing::Test {
+ protected:
+  SourcePositionsTest() : model_(testdata::LoadModel("branchy")), expected_("branchy") {
+    model_.eval();
+  }
+
+  Trace Capture(const at::Tensor& x) {
+    absl::StatusOr<Trace> trace = TraceModule(model_, {x});
+    EXPECT_TRUE(trace.ok()) << trace.status();
+    return trace.ok() ? *std::move(trace) : Trace();
+  }
+
+  // Whether `op` is at the statement `key` of source_markers() in tools/gen_testdata.py.
+  void ExpectAt(const Op& op, const std::string& key, const std::string& file_suffix) {
+    ASSERT_NE(op.source_position, nullptr) << op.label;
+    EXPECT_TRUE(absl::EndsWith(op.source_position->file, file_suffix))
+        << op.label << ": " << op.source_position->file;
+    EXPECT_EQ(op.source_position->line, expected_.source_line(key)) << op.label;
+    EXPECT_EQ(op.source_position->text, expected_.source_text(key)) << op.label;
+  }
+
+  void ExpectInBranch(const Op& op, bool then) {
+    ASSERT_NE(op.source_position, nullptr) << op.label;
+    ASSERT_EQ(op.source_position->branches.size(), 1u) << op.label;
+    const BranchTaken& branch = op.source_position->branches[0];
+    EXPECT_TRUE(absl::EndsWith(branch.file, "gen_testdata.py")) << branch.file;
+    EXPECT_EQ(branch.line, expected_.source_line("if"));
+    EXPECT_EQ(branch.text, expected_.source_text("if"));
+    EXPECT_EQ(branch.then, then) << op.label;
+  }
+
+  torch::jit::Module model_;
+  testdata::Expected expected_;
+};
+
+TEST_F(SourcePositionsTest, ThenBranchOpsNameTheirLinesAndTheBranch) {
+  const Trace trace = Capture(expected_.input(0));  // all ones: the sum is positive
+  const Op& mul = OnlyOp(trace, "mul");
+  ExpectAt(mul, "mul", "gen_testdata.py");
+  EXPECT_TRUE(mul.source_position->branches.empty());
+  ExpectAt(OnlyOp(trace, "gt"), "if", "gen_testdata.py");
+  const Op& relu = OnlyOp(trace, "relu");
+  ExpectAt(relu, "relu", "gen_testdata.py");
+  ExpectInBranch(relu, /*then=*/true);
+  // The Linear's op is in torch/nn/modules/linear.py, inside the branch that called it.
+  const Op& linear = OnlyOp(trace, "linear");
+  ExpectAt(linear, "linear", "torch/nn/modules/linear.py");
+  ExpectInBranch(linear, /*then=*/true);
+  const Op& add = OnlyOp(trace, "add");
+  ExpectAt(add, "add", "gen_testdata.py");
+  EXPECT_TRUE(add.source_position->branches.empty());
+  // Buffer versions, inputs and outputs have none.
+  EXPECT_EQ(trace.ops().front().source_position, nullptr);
+  EXPECT_EQ(trace.ops().back().source_position, nullptr);
+}
+
+TEST_F(SourcePositionsTest, ElseBranchRunsAnotherStatement) {
+  const Trace trace = Capture(-expected_.input(0));
+  const Op& tanh = OnlyOp(trace, "tanh");
+  ExpectAt(tanh, "tanh", "gen_testdata.py");
+  ExpectInBranch(tanh, /*then=*/false);
+  for (const Op& op : trace.ops()) EXPECT_NE(op.type, "linear") << "the then branch did not run";
+}
+
+TEST_F(SourcePositionsTest, OpsOfOneStatementShareOnePositionAcrossCaptures) {
+  const Trace first = Capture(expected_.input(0));
+  const Trace second = Capture(expected_.input(0) * 3);
+  EXPECT_EQ(OnlyOp(first, "relu").source_position, OnlyOp(second, "relu").source_position);
+}
+
+TEST_F(SourcePositionsTest, SummaryRenderJsonAndTraceFilesShowThem) {
+  const Trace trace = Capture(expected_.input(0));
+  const std::string relu_at = absl::StrCat("gen_testdata.py:", expected_.source_line("relu"));
+  const std::string branch = absl::StrCat("then of :", expected_.source_line("if"));
+  EXPECT_THAT(FormatSummary(trace), HasSubstr(absl::StrCat(relu_at, " (", branch, ")")));
+
+  const std::string dot = RenderDot(trace);
+  EXPECT_THAT(
+      dot, HasSubstr(absl::StrCat("then of if at gen_testdata.py:", expected_.source_line("if"))));
+  EXPECT_THAT(dot, HasSubstr(absl::StrCat(relu_at, ": ", expected_.source_text("relu"))));
+
+  absl::StatusOr<std::string> json = TraceToJson(trace);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr(absl::StrCat("\"line\": ", expected_.source_line("relu"))));
+  EXPECT_THAT(*json, HasSubstr(absl::StrCat("\"text\": \"", expected_.source_text("relu"))));
+  EXPECT_THAT(*json, HasSubstr("\"taken\": \"then\""));
+
+  const std::string path = absl::StrCat(::testing::TempDir(), "/branchy_trace.pt");
+  ASSERT_TRUE(SaveTrace(trace, path).ok());
+  absl::StatusOr<Trace> loaded = LoadTrace(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->ops().size(), trace.ops().size());
+  for (size_t i = 0; i < trace.ops().size(); ++i) {
+    const Op& a = trace.ops()[i];
+    const Op& b = loaded->ops()[i];
+    ASSERT_EQ(a.source_position == nullptr, b.source_position == nullptr) << a.label;
+    if (a.source_position == nullptr) continue;
+    EXPECT_EQ(a.source_position->file, b.source_position->file);
+    EXPECT_EQ(a.source_position->line, b.source_position->line);
+    EXPECT_EQ(a.source_position->column, b.source_position->column);
+    EXPECT_EQ(a.source_position->text, b.source_position->text);
+    ASSERT_EQ(a.source_position->branches.size(), b.source_position->branches.size());
+    for (size_t k = 0; k < a.source_position->branches.size(); ++k) {
+      EXPECT_EQ(a.source_position->branches[k].line, b.source_position->branches[k].line);
+      EXPECT_EQ(a.source_position->branches[k].then, b.source_position->branches[k].then);
+      EXPECT_EQ(a.source_position->branches[k].text, b.source_position->branches[k].text);
+    }
+  }
+}
+
+// Ops outside TorchScript code (a torch::nn module written in C++) have no position.
+TEST(SourcePositionsNnTest, CppModulesHaveNone) {
+  torch::nn::Linear linear(3, 2);
+  CaptureGuard guard(*linear);
+  const at::Tensor y = linear->forward(torch::ones({1, 3}));
+  absl::StatusOr<Trace> trace = guard.Finish(y);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  int compute = 0;
+  for (const Op& op : trace->ops()) {
+    compute += op.is_compute();
+    EXPECT_EQ(op.source_position, nullptr) << op.label;
+  }
+  EXPECT_GT(compute, 0);
+}
+
+}  // namespace
+}  // namespace torchlens
