@@ -184,6 +184,25 @@ grep -qF "parents: relu_1_2:1 (finite), sub_1_3:1 (finite)" "$TEST_TMPDIR/nf.txt
 grep -qx "Non-finite values: none" "$TEST_TMPDIR/nf0.txt" || fail "--non_finite found a NaN in the demo"
 expect_error "non_finite without values" "needs saved values" --non_finite --no_save
 
+# --module: each call of a module and its outputs; call_twice calls fc twice around a relu.
+"$TOOL" --model testdata/call_twice.pt --input_shape 1,3 --module fc >"$TEST_TMPDIR/m.txt" 2>"$TEST_TMPDIR/err" ||
+  fail "--module failed: $(cat "$TEST_TMPDIR/err")"
+grep -qx "Module fc (Linear): 2 calls" "$TEST_TMPDIR/m.txt" || fail "--module lacks the two calls: $(cat "$TEST_TMPDIR/m.txt")"
+grep -qx "  call 2: 1 op (linear_1_1:2), outputs linear_1_1:2" "$TEST_TMPDIR/m.txt" || fail "--module call 2 is wrong"
+expect_error "unknown --module" "no module \"fc2\"; closest: fc" --model testdata/call_twice.pt --input_shape 1,3 --module fc2
+
+# Source positions in the summary: branchy's tanh runs in the else branch for this input
+# (seed 3 draws a negative sum).
+"$TOOL" --model testdata/branchy.pt --input_shape 2,3 --seed 3 >"$TEST_TMPDIR/b.txt" 2>&1 || fail "branchy run failed"
+grep -qE "tanh_1_5:1 .*gen_testdata.py:[0-9]+ \(else of :[0-9]+\)" "$TEST_TMPDIR/b.txt" || fail "the summary lacks the branch op's source: $(cat "$TEST_TMPDIR/b.txt")"
+
+# Collapsed and rolled pictures: the demo at depth 1 draws its four top-level modules as
+# boxes; loop_reuse rolled draws input, linear, tanh and output.
+"$TOOL" --render "$TEST_TMPDIR/d1.svg" --render_depth 1 >/dev/null 2>"$TEST_TMPDIR/err" || fail "--render_depth failed: $(cat "$TEST_TMPDIR/err")"
+[[ $(grep -c "ops\?</text>" "$TEST_TMPDIR/d1.svg") -eq 4 ]] || fail "--render_depth 1 did not draw 4 module boxes"
+"$TOOL" --model testdata/loop_reuse.pt --input_shape 2,3 --render "$TEST_TMPDIR/r.svg" --rolled >/dev/null 2>&1 || fail "--rolled failed"
+[[ $(grep -c '<g id="node' "$TEST_TMPDIR/r.svg") -eq 4 ]] || fail "--rolled drew $(grep -c '<g id="node' "$TEST_TMPDIR/r.svg") nodes, not 4"
+
 "$TOOL" --save "$TEST_TMPDIR/ref.pt" >/dev/null 2>&1 || fail "--save of the reference failed"
 "$TOOL" --compare "$TEST_TMPDIR/ref.pt" >"$TEST_TMPDIR/c0.txt" 2>"$TEST_TMPDIR/err" || fail "--compare failed: $(cat "$TEST_TMPDIR/err")"
 grep -qx "no divergence" "$TEST_TMPDIR/c0.txt" || fail "--compare of the same run diverged: $(tail -3 "$TEST_TMPDIR/c0.txt")"
