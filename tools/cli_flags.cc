@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "graph/label.h"
@@ -15,6 +16,7 @@ namespace torchlens {
 
 const char kUsage[] =
     "usage: torchlens [--model FILE.pt] [--input_shape 1,3,224,224[;...] | --input FILE]\n"
+    "                 [--trace FILE.pt]\n"
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
     "                 [--validate] [--edit LABEL=VALUE ...] [--render FILE.svg|png|pdf]\n"
     "                 [--show_buffers never|meaningful|always] [--render_depth N] [--rolled]\n"
@@ -37,6 +39,8 @@ const char kUsage[] =
     "  --seed N            seed of the random inputs (default 0)\n"
     "  --no_save           capture without saving activations\n"
     "  --summary FILE      write the summary to FILE instead of stdout\n"
+    "  --trace FILE        read a trace file written by --save instead of running a\n"
+    "                      model: summarize, validate, edit, compare (--compare), render\n"
     "  --validate          replay the trace and print the verdict and any failures\n"
     "                      (exit code 1 when validation fails)\n"
     "  --edit LABEL=VALUE  set that node to VALUE (every element), replay what depends\n"
@@ -178,7 +182,10 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     options.input_shapes = *std::move(shapes);
     return absl::OkStatus();
   });
+  flags.String("trace", &options.trace_file);
+  std::vector<std::string> capture_flags_given;  // --mode and --seed have defaults
   flags.Value("mode", [&](absl::string_view v) {
+    capture_flags_given.push_back("--mode");
     if (v != "train" && v != "eval") {
       return absl::InvalidArgumentError(absl::StrCat("--mode \"", v, "\": expected train or eval"));
     }
@@ -186,6 +193,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     return absl::OkStatus();
   });
   flags.Value("seed", [&](absl::string_view v) {
+    capture_flags_given.push_back("--seed");
     if (!absl::SimpleAtoi(v, &options.seed)) {
       return absl::InvalidArgumentError(absl::StrCat("--seed \"", v, "\" is not an integer"));
     }
@@ -207,6 +215,32 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   }
   if (options.partial_on_budget && options.max_saved_bytes < 0) {
     return absl::InvalidArgumentError("--partial_on_budget needs --max_saved_bytes");
+  }
+  if (!options.trace_file.empty()) {
+    // A saved trace is looked at as it was captured: flags that describe a capture would
+    // be silently ignored.
+    std::vector<std::string> given = capture_flags_given;
+    auto refuse_if = [&](bool set, const char* flag) {
+      if (set) given.push_back(flag);
+    };
+    refuse_if(!options.model.empty(), "--model");
+    refuse_if(!options.input_shapes.empty(), "--input_shape");
+    refuse_if(!options.input_file.empty(), "--input");
+    refuse_if(no_save, "--no_save");
+    refuse_if(!options.compare_model.empty(), "--compare_model");
+    refuse_if(!options.chrome_trace.empty(), "--chrome_trace");
+    refuse_if(!options.save_modules.empty(), "--save_modules");
+    refuse_if(!options.save_types.empty(), "--save_types");
+    refuse_if(!options.save_labels.empty(), "--save_labels");
+    refuse_if(!options.halt_after.empty(), "--halt_after");
+    refuse_if(options.stop_at_non_finite, "--stop_at_non_finite");
+    refuse_if(options.max_saved_bytes >= 0, "--max_saved_bytes");
+    if (!given.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--trace reads a saved trace, but ", absl::StrJoin(given, ", "),
+                       given.size() == 1 ? " describes" : " describe",
+                       " a capture; drop --trace to capture a model, or drop the capture flags"));
+    }
   }
   if (!options.input_shapes.empty() && !options.input_file.empty()) {
     return absl::InvalidArgumentError("give --input_shape or --input, not both");

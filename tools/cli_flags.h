@@ -27,6 +27,7 @@ struct CliOptions {
   int64_t seed = 0;
   bool save_activations = true;
   std::string summary_file;  // empty: stdout
+  std::string trace_file;    // --trace: read this saved trace instead of running a model
   bool validate = false;
   std::vector<EditFlag> edits;
   std::string render_file;                  // .svg, .png or .pdf
@@ -62,7 +63,8 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
 // --summary, --validate, --edit (repeatable), --render, --show_buffers, --render_depth,
 // --rolled, --json, --save,
-// --compare, --compare_model, --hash, --non_finite, --module, --chrome_trace, --save_modules,
+// --trace, --compare, --compare_model, --hash, --non_finite, --module, --chrome_trace,
+// --save_modules,
 // --save_types, --save_labels, --halt_after, --stop_at_non_finite, --max_saved_bytes,
 // --partial_on_budget, --help; each
 // as "--flag=value" or "--flag value". kInvalidArgument for an unknown flag, a flag given twice

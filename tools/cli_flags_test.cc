@@ -73,6 +73,31 @@ TEST(ParseCommandLine, RejectsMistakes) {
               HasSubstr("unknown flag --bogus"));
 }
 
+TEST(ParseCommandLine, TraceFileTakesNoCaptureFlags) {
+  absl::StatusOr<CliOptions> options =
+      ParseCommandLine({"--trace", "a.pt", "--compare=b.pt", "--validate", "--module=fc"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->trace_file, "a.pt");
+  EXPECT_EQ(options->compare_trace, "b.pt");
+  for (const std::vector<std::string>& capture :
+       std::vector<std::vector<std::string>>{{"--seed=1"},
+                                             {"--mode=train"},
+                                             {"--model=m.pt"},
+                                             {"--input_shape=1,3"},
+                                             {"--no_save"},
+                                             {"--halt_after=fc"},
+                                             {"--max_saved_bytes=10"}}) {
+    std::vector<std::string> args = {"--trace=a.pt"};
+    args.insert(args.end(), capture.begin(), capture.end());
+    absl::StatusOr<CliOptions> refused = ParseCommandLine(args);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << capture[0];
+    const std::string flag = capture[0].substr(0, capture[0].find('='));
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr(absl::StrCat("--trace reads a saved trace, but ", flag, " describes")))
+        << capture[0];
+  }
+}
+
 TEST(ParseCommandLine, EmptyValuesAreErrors) {
   // An empty value (an unset shell variable) must not fall back to the default: "--model="
   // used to trace the bundled demo model.

@@ -208,6 +208,18 @@ grep -qE "tanh_1_5:1 .*gen_testdata.py:[0-9]+ \(else of :[0-9]+\)" "$TEST_TMPDIR
 grep -qx "no divergence" "$TEST_TMPDIR/c0.txt" || fail "--compare of the same run diverged: $(tail -3 "$TEST_TMPDIR/c0.txt")"
 "$TOOL" --seed 1 --compare "$TEST_TMPDIR/ref.pt" >"$TEST_TMPDIR/c1.txt" 2>&1 || fail "--compare --seed 1 failed"
 grep -qx "first divergence: input_1" "$TEST_TMPDIR/c1.txt" || fail "--compare with other inputs: $(tail -1 "$TEST_TMPDIR/c1.txt")"
+# --trace: two saved trace files compared, validated and summarized without a model.
+"$TOOL" --seed 1 --save "$TEST_TMPDIR/other.pt" >/dev/null 2>&1 || fail "--save of the second trace failed"
+"$TOOL" --trace "$TEST_TMPDIR/other.pt" --compare "$TEST_TMPDIR/ref.pt" --validate >"$TEST_TMPDIR/t.txt" 2>"$TEST_TMPDIR/err" ||
+  fail "--trace --compare failed: $(cat "$TEST_TMPDIR/err")"
+grep -q "^torchlens trace file .*other.pt" "$TEST_TMPDIR/t.txt" || fail "--trace summary lacks its header"
+grep -qx "first divergence: input_1" "$TEST_TMPDIR/t.txt" || fail "--trace --compare: $(tail -1 "$TEST_TMPDIR/t.txt")"
+grep -q "^Validation: PASSED" "$TEST_TMPDIR/t.txt" || fail "--trace --validate did not pass"
+"$TOOL" --trace "$TEST_TMPDIR/ref.pt" --compare "$TEST_TMPDIR/ref.pt" >"$TEST_TMPDIR/t0.txt" 2>&1 || fail "--trace --compare itself failed"
+grep -qx "no divergence" "$TEST_TMPDIR/t0.txt" || fail "a trace file compared with itself diverged"
+expect_error "--trace with a capture flag" "--trace reads a saved trace, but --seed describes" --trace "$TEST_TMPDIR/ref.pt" --seed 2
+expect_error "--trace of a missing file" "nope.pt" --trace "$TEST_TMPDIR/nope.pt"
+
 # A second model: the demo with one weight of block2.conv changed, written by Python.
 /usr/bin/python3 - "$TEST_TMPDIR/perturbed.pt" <<'PY' || fail "writing the perturbed model failed"
 import sys, torch

@@ -179,24 +179,29 @@ absl::Status WriteStdout(absl::string_view text) {
   return absl::OkStatus();
 }
 
-absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
-  absl::StatusOr<CliOptions> options = ParseCommandLine(args);
-  if (!options.ok()) return options.status();
-  if (options->help) return WriteStdout(kUsage);
-  const bool bundled = options->model.empty();
-  absl::StatusOr<std::string> model_path = bundled ? BundledModelPath() : UserPath(options->model);
+// What the tool looks at: a trace it captured, or one read from --trace, and the reference
+// of --compare_model (the second model run on the same inputs).
+struct Subject {
+  Trace trace;
+  std::string name;  // the model's path, or the trace file's
+  std::optional<Trace> second_model;
+};
+
+absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
+  const bool bundled = options.model.empty();
+  absl::StatusOr<std::string> model_path = bundled ? BundledModelPath() : UserPath(options.model);
   if (!model_path.ok()) return model_path.status();
   absl::StatusOr<torch::jit::Module> model = LoadTorchScript(*model_path);
   if (!model.ok()) return model.status();
-  model->train(options->train);
+  model->train(options.train);
 
   std::vector<c10::IValue> inputs;
-  if (!options->input_file.empty()) {
-    absl::StatusOr<std::vector<c10::IValue>> loaded = LoadInputs(UserPath(options->input_file));
+  if (!options.input_file.empty()) {
+    absl::StatusOr<std::vector<c10::IValue>> loaded = LoadInputs(UserPath(options.input_file));
     if (!loaded.ok()) return loaded.status();
     inputs = *std::move(loaded);
   } else {
-    std::vector<std::vector<int64_t>> shapes = options->input_shapes;
+    std::vector<std::vector<int64_t>> shapes = options.input_shapes;
     if (shapes.empty()) {
       if (!bundled) {
         return absl::InvalidArgumentError(
@@ -204,48 +209,67 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
       }
       shapes.push_back(kBundledInputShape);
     }
-    torch::manual_seed(static_cast<uint64_t>(options->seed));
+    torch::manual_seed(static_cast<uint64_t>(options.seed));
     for (const std::vector<int64_t>& shape : shapes) inputs.push_back(torch::randn(shape));
   }
 
   CaptureOptions capture;
-  capture.save_activations = options->save_activations;
-  capture.time_ops = !options->chrome_trace.empty();
-  capture.save_modules = options->save_modules;
-  capture.save_types = options->save_types;
-  capture.save_labels = options->save_labels;
-  capture.halt_after = options->halt_after;
-  capture.stop_at_non_finite = options->stop_at_non_finite;
-  capture.max_saved_bytes = options->max_saved_bytes;
-  capture.partial_on_budget = options->partial_on_budget;
+  capture.save_activations = options.save_activations;
+  capture.time_ops = !options.chrome_trace.empty();
+  capture.save_modules = options.save_modules;
+  capture.save_types = options.save_types;
+  capture.save_labels = options.save_labels;
+  capture.halt_after = options.halt_after;
+  capture.stop_at_non_finite = options.stop_at_non_finite;
+  capture.max_saved_bytes = options.max_saved_bytes;
+  capture.partial_on_budget = options.partial_on_budget;
   std::vector<c10::IValue> second_inputs;
-  if (!options->compare_model.empty()) second_inputs = CloneInputs(inputs);
+  if (!options.compare_model.empty()) second_inputs = CloneInputs(inputs);
   absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture);
   if (!trace.ok()) return trace.status();
+  Subject subject{*std::move(trace), *model_path};
+  if (!options.compare_model.empty()) {
+    absl::StatusOr<torch::jit::Module> second = LoadTorchScript(UserPath(options.compare_model));
+    if (!second.ok()) return second.status();
+    second->train(options.train);
+    absl::StatusOr<Trace> traced = TraceModule(*second, std::move(second_inputs), capture);
+    if (!traced.ok()) {
+      return absl::Status(
+          traced.status().code(),
+          absl::StrCat("--compare_model ", options.compare_model, ": ", traced.status().message()));
+    }
+    subject.second_model = *std::move(traced);
+  }
+  return subject;
+}
+
+absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
+  absl::StatusOr<CliOptions> options = ParseCommandLine(args);
+  if (!options.ok()) return options.status();
+  if (options->help) return WriteStdout(kUsage);
+  absl::StatusOr<Subject> subject;
+  if (!options->trace_file.empty()) {
+    absl::StatusOr<Trace> loaded = LoadTrace(UserPath(options->trace_file));
+    if (!loaded.ok()) return loaded.status();
+    subject = Subject{*std::move(loaded), options->trace_file};
+  } else {
+    subject = CaptureFromFlags(*options);
+  }
+  if (!subject.ok()) return subject.status();
+  const Trace* trace = &subject->trace;
   // The reference of --compare: a trace file, or the second model on the same inputs.
-  std::optional<Trace> reference;
-  std::string reference_name;
+  std::optional<Trace> reference = std::move(subject->second_model);
+  std::string reference_name = options->compare_model;
   if (!options->compare_trace.empty()) {
     absl::StatusOr<Trace> loaded = LoadTrace(UserPath(options->compare_trace));
     if (!loaded.ok()) return loaded.status();
     reference = *std::move(loaded);
     reference_name = options->compare_trace;
-  } else if (!options->compare_model.empty()) {
-    absl::StatusOr<torch::jit::Module> second = LoadTorchScript(UserPath(options->compare_model));
-    if (!second.ok()) return second.status();
-    second->train(options->train);
-    absl::StatusOr<Trace> traced = TraceModule(*second, std::move(second_inputs), capture);
-    if (!traced.ok()) {
-      return absl::Status(traced.status().code(),
-                          absl::StrCat("--compare_model ", options->compare_model, ": ",
-                                       traced.status().message()));
-    }
-    reference = *std::move(traced);
-    reference_name = options->compare_model;
   }
 
   std::string summary =
-      absl::StrCat("torchlens trace of ", *model_path, "\n\n", FormatSummary(*trace));
+      absl::StrCat(options->trace_file.empty() ? "torchlens trace of " : "torchlens trace file ",
+                   subject->name, "\n\n", FormatSummary(*trace));
   JsonMembers json_extra;
   if (options->validate) {
     absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
