@@ -150,6 +150,21 @@ TEST_F(SourcePositionsTest, SummaryRenderJsonAndTraceFilesShowThem) {
   }
 }
 
+// A forward the caller runs under a CaptureGuard (no site markers): the interpreter locates
+// each op, which gives its statement but not the branches it is in (NOTE [Source
+// positions]).
+TEST_F(SourcePositionsTest, InterpreterLocatedOpsHaveTheirStatementWithoutBranches) {
+  CaptureGuard guard(model_);
+  const c10::IValue y = model_.forward({expected_.input(0)});
+  absl::StatusOr<Trace> trace = guard.Finish(y);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const Op& relu = OnlyOp(*trace, "relu");
+  ExpectAt(relu, "relu", "gen_testdata.py");
+  EXPECT_TRUE(relu.source_position->branches.empty());
+  ExpectAt(OnlyOp(*trace, "linear"), "linear", "torch/nn/modules/linear.py");
+  ExpectAt(OnlyOp(*trace, "mul"), "mul", "gen_testdata.py");
+}
+
 // Ops outside TorchScript code (a torch::nn module written in C++) have no position.
 TEST(SourcePositionsNnTest, CppModulesHaveNone) {
   torch::nn::Linear linear(3, 2);
