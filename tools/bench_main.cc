@@ -66,6 +66,9 @@ const std::vector<BenchModel>& Models() {
       {"resnet18_train", "resnet18.pt", true, {1, 3, 224, 224}, true},
       {"recurrent100", "recurrent.pt", false, {1, 32}, true},
       {"transformer", "transformer.pt", false, {1, 16, 64}, true},
+      // Many small ops (issue 21's small-op models): capture rows only.
+      {"shufflenet_v2_x1_0", "shufflenet_v2_x1_0.pt", false, {1, 3, 224, 224}, false},
+      {"mobilenet_v2", "mobilenet_v2.pt", false, {1, 3, 224, 224}, false},
       {"mlp200", "mlp200.pt", false, {1, 16}, false},
       {"mlp2000", "mlp2000.pt", false, {1, 16}, false},
       {"mlp200_tied", "mlp200_tied.pt", false, {1, 16}, false},

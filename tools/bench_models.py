@@ -11,6 +11,8 @@ Models (random weights, seeded):
   resnet18.pt     torchvision ResNet-18, input [1, 3, 224, 224]    (compute-bound)
   recurrent.pt    a cell with a state buffer, 100 steps, input [1, 32]
   transformer.pt  nn.TransformerEncoderLayer(64, 4), input [1, 16, 64] (batch first)
+  shufflenet_v2_x1_0.pt, mobilenet_v2.pt  torchvision, input [1, 3, 224, 224] (many
+                  small ops: channel shuffles, views, depthwise convolutions)
 """
 
 import os
@@ -57,6 +59,8 @@ def main(out):
         "resnet18": torchvision.models.resnet18(),
         "recurrent": Recurrent(),
         "transformer": nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True),
+        "shufflenet_v2_x1_0": torchvision.models.shufflenet_v2_x1_0(),
+        "mobilenet_v2": torchvision.models.mobilenet_v2(),
     }
     for name, model in models.items():
         path = os.path.join(out, name + ".pt")
