@@ -43,6 +43,7 @@
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "torchlens_dispatch/script_runner.h"
 #include "validation/intervene.h"
 #include "validation/validate.h"
 
@@ -251,6 +252,9 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
 
   std::vector<Config> configs = {
       {"plain", [&] { model.forward(inputs); }, {}},
+      // The private plan captures run through (NOTE [Stable plans]), without capture: how
+      // much of a capture's cost is the plan, not the recording.
+      {"private_plan", [&] { RunUnoptimized(model, inputs); }, {}},
       {"capture_unsaved", [&] { (void)TraceModule(model, inputs, unsaved); }, {}},
       {"capture", [&] { (void)TraceModule(model, inputs); }, {}},
   };
