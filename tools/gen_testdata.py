@@ -728,6 +728,27 @@ class Branchy(nn.Module):
         return y + 1.0
 
 
+def _shift_if_large(x):
+    if bool(x.mean() > 0.5):
+        return x - 1.0
+    return x
+
+
+class NestedBranches(nn.Module):
+    """ifs inside a loop, inside an else, and inside a helper function the else calls."""
+
+    def forward(self, x):
+        for i in range(2):
+            if i == 0:
+                x = x * 2.0
+            else:
+                if bool(x.sum() > 0):
+                    x = _shift_if_large(x)
+                else:
+                    x = -x
+        return x
+
+
 def _double(x):
     return x * 2
 
@@ -867,6 +888,7 @@ def models():
         "sparse_output": (SparseOutput, [rand(2, 3)], False),
         "nested_150": (nested(150), [rand(1, 2)], False),
         "branchy": (Branchy, [torch.ones(2, 3)], False),
+        "nested_branches": (NestedBranches, [torch.ones(2, 3)], False),
     }
 
 
@@ -883,6 +905,14 @@ def source_markers():
             "tanh": (Branchy.forward, "y = torch.tanh(h)"),
             "add": (Branchy.forward, "return y + 1.0"),
             "linear": (nn.Linear.forward, "F.linear("),
+        },
+        "nested_branches": {
+            "mul": (NestedBranches.forward, "x = x * 2.0"),
+            "loop_if": (NestedBranches.forward, "if i == 0:"),
+            "sum_if": (NestedBranches.forward, "if bool(x.sum() > 0):"),
+            "call": (NestedBranches.forward, "x = _shift_if_large(x)"),
+            "helper_if": (_shift_if_large, "if bool(x.mean() > 0.5):"),
+            "sub": (_shift_if_large, "return x - 1.0"),
         },
     }
 

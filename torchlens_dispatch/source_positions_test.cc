@@ -165,6 +165,39 @@ TEST_F(SourcePositionsTest, InterpreterLocatedOpsHaveTheirStatementWithoutBranch
   ExpectAt(OnlyOp(*trace, "mul"), "mul", "gen_testdata.py");
 }
 
+// NestedBranches: `for i in range(2): if i == 0: x = x * 2.0 else: if bool(x.sum() > 0):
+// x = _shift_if_large(x) ...`, where the helper has an `if` of its own. For an input of
+// ones, the second iteration takes the else of the loop's if, the then of the sum's if and
+// the then of the helper's if.
+TEST(SourcePositionsNestedTest, BranchesNestAcrossLoopsElsesAndHelperFunctions) {
+  torch::jit::Module model = testdata::LoadModel("nested_branches");
+  testdata::Expected expected("nested_branches");
+  absl::StatusOr<Trace> trace = TraceModule(model, {expected.input(0)});
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_TRUE(at::equal(trace->ops().back().out, expected.output(0)));
+  // The branches of `op`, outermost first, as (statement key, then) pairs.
+  auto expect_branches = [&](const Op& op,
+                             const std::vector<std::pair<std::string, bool>>& branches) {
+    ASSERT_NE(op.source_position, nullptr) << op.label;
+    ASSERT_EQ(op.source_position->branches.size(), branches.size()) << op.label;
+    for (size_t k = 0; k < branches.size(); ++k) {
+      const BranchTaken& taken = op.source_position->branches[k];
+      EXPECT_EQ(taken.line, expected.source_line(branches[k].first)) << op.label << " " << k;
+      EXPECT_EQ(taken.text, expected.source_text(branches[k].first)) << op.label << " " << k;
+      EXPECT_EQ(taken.then, branches[k].second) << op.label << " " << k;
+    }
+  };
+  const Op& mul = OnlyOp(*trace, "mul");
+  EXPECT_EQ(mul.source_position->line, expected.source_line("mul"));
+  expect_branches(mul, {{"loop_if", true}});
+  expect_branches(OnlyOp(*trace, "sum"), {{"loop_if", false}});
+  const Op& sub = OnlyOp(*trace, "sub");
+  EXPECT_EQ(sub.source_position->line, expected.source_line("sub"));
+  EXPECT_EQ(sub.source_position->text, expected.source_text("sub"));
+  expect_branches(sub, {{"loop_if", false}, {"sum_if", true}, {"helper_if", true}});
+  expect_branches(OnlyOp(*trace, "mean"), {{"loop_if", false}, {"sum_if", true}});
+}
+
 // Ops outside TorchScript code (a torch::nn module written in C++) have no position.
 TEST(SourcePositionsNnTest, CppModulesHaveNone) {
   torch::nn::Linear linear(3, 2);
