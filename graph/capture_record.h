@@ -110,6 +110,9 @@ struct CaptureRecord {
   std::string partial_reason;
   int32_t partial_node = -1;
   bool budget_exceeded = false;  // saving stopped at the memory budget
+  // CaptureOptions::value_sink threw on a value of node `sink_failed_node` (its message).
+  std::string sink_failure;
+  int32_t sink_failed_node = -1;
   // (input node, op node): the op wrote the caller's input tensor, directly or through a
   // view (it becomes a trace diagnostic).
   std::vector<std::pair<int32_t, int32_t>> written_inputs;

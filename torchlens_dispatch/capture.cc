@@ -93,7 +93,17 @@ absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
   state_->End();
   if (!record.ok()) return record.status();
   const bool over_budget = record->budget_exceeded;
+  const std::string sink_failure = record->sink_failure;
+  const int32_t sink_failed_node = record->sink_failed_node;
   Trace trace = BuildTrace(*std::move(record));
+  if (sink_failed_node >= 0) {  // NOTE [Streaming saved values]
+    const std::string label = static_cast<size_t>(sink_failed_node) < trace.ops().size()
+                                  ? trace.ops()[sink_failed_node].label
+                                  : absl::StrCat("node ", sink_failed_node);
+    return absl::AbortedError(
+        absl::StrCat("CaptureOptions::value_sink threw on the value of ", label, ": ", sink_failure,
+                     "; it was not called again, and the forward ran to its end undisturbed"));
+  }
   if (over_budget && !state_->recorder.options().partial_on_budget) {
     return absl::ResourceExhaustedError(absl::StrCat(
         trace.partial_reason(),

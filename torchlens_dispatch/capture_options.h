@@ -2,6 +2,8 @@
 #ifndef TORCHLENS_DISPATCH_CAPTURE_OPTIONS_H_
 #define TORCHLENS_DISPATCH_CAPTURE_OPTIONS_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
@@ -24,6 +26,16 @@ struct OpQuery {
 class CaptureHalted : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A saved value as CaptureOptions::value_sink receives it.
+struct StreamedValue {
+  // The node's position in the finished trace's `ops()`, and which of its values: output k
+  // (0 for most ops), or -(k + 1) for the tensor it changed through its k-th alias write
+  // (`OutputValue(trace.ops()[node], output)` is the same value after Finish).
+  int32_t node;
+  int output;
+  const at::Tensor& value;
 };
 
 struct CaptureOptions {
@@ -72,6 +84,18 @@ struct CaptureOptions {
   // either way.
   int64_t max_saved_bytes = -1;
   bool partial_on_budget = false;
+
+  // NOTE [Streaming saved values]
+  // Called on the capturing thread with each saved value of a node (an op's outputs and
+  // alias writes, a buffer version, an input, a constant) as soon as the node is recorded:
+  // the value is then what the trace will hold for it, and the capture keeps it so (a later
+  // in-place write copies it first, NOTE [Copy-on-write of saved values]). The tensor is
+  // live: read or copy what you need before returning. Output nodes, which hold their
+  // producer's value, and the replay data (argument values saved for selective saving,
+  // generator states) are not delivered. Selective saving and the memory budget decide
+  // what is saved, hence delivered. A sink that throws is called no more, the forward runs
+  // on undisturbed, and Finish returns kAborted naming the node and the exception.
+  std::function<void(const StreamedValue&)> value_sink;
 };
 
 }  // namespace torchlens

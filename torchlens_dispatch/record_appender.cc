@@ -1,7 +1,13 @@
 #include "torchlens_dispatch/record_appender.h"
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
 #include <atomic>
+#include <exception>
 #include <utility>
+
+#include "torchlens_dispatch/ops/capture_key.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 
 namespace torchlens {
 namespace {
@@ -80,10 +86,32 @@ int32_t RecordAppender::AddOp(NodeRecord node) {
 }
 
 int32_t RecordAppender::AddAliasWrite(int32_t writer, AliasWriteRecord write) {
+  const int32_t slot = write.slot;
   record_.alias_writes.push_back(std::move(write));
   NodeRecord& node = record_.nodes[writer];
   node.alias_writes_end = Size(record_.alias_writes.size());
-  return -(node.alias_writes_end - node.alias_writes_begin);
+  const int32_t output = -(node.alias_writes_end - node.alias_writes_begin);
+  if (sink_ != nullptr && slot >= 0) Stream(writer, output, slot);
+  return output;
+}
+
+void RecordAppender::Stream(int32_t node, int output, int32_t slot) {
+  // Output nodes hold their producer's value, which the sink already had.
+  if (record_.nodes[node].kind == NodeRecord::Kind::kOutput) return;
+  // The sink's own ops (a copy of the value, ...) are not the model's.
+  c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
+  const std::function<void(const StreamedValue&)>& sink = *sink_;
+  try {
+    sink(StreamedValue{node, output, record_.slots[slot]});
+    return;
+  } catch (const std::exception& e) {
+    record_.sink_failure = FirstLine(e);
+  } catch (...) {
+    record_.sink_failure = "an exception that is not a std::exception";
+  }
+  // NOTE [Streaming saved values]: called no more; the forward is not disturbed.
+  record_.sink_failed_node = node;
+  sink_ = nullptr;
 }
 
 int32_t RecordAppender::AddSourceNode(NodeRecord::Kind kind, const at::Tensor& tensor, int32_t slot,

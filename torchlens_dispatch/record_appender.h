@@ -21,10 +21,12 @@
 #include <ATen/core/ivalue.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "graph/capture_record.h"
+#include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/model_layout.h"
 
 namespace torchlens {
@@ -87,10 +89,18 @@ class RecordAppender {
 
   CaptureRecord Release() { return std::move(record_); }
 
+  // Hands each saved node value to `sink` as it is appended (NOTE [Streaming saved values]
+  // in capture_options.h); `sink` outlives the appender. A sink that throws is dropped and
+  // its failure kept in the record (CaptureRecord::sink_failure).
+  void SetValueSink(const std::function<void(const StreamedValue&)>* sink) { sink_ = sink; }
+
  private:
   int32_t Size(size_t n) const { return static_cast<int32_t>(n); }
+  // Calls the sink with output `output` of node `node`, held in `slot`.
+  void Stream(int32_t node, int output, int32_t slot);
 
   CaptureRecord record_;
+  const std::function<void(const StreamedValue&)>* sink_ = nullptr;
 };
 
 inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, int32_t slot) {
@@ -103,7 +113,11 @@ inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, i
     output.ndim = static_cast<int32_t>(sizes.size());
     output.dtype = tensor.scalar_type();
   }
-  record_.nodes[index].outputs_end = Size(record_.outputs.size());
+  NodeRecord& node = record_.nodes[index];
+  node.outputs_end = Size(record_.outputs.size());
+  if (C10_UNLIKELY(sink_ != nullptr) && slot >= 0) {
+    Stream(index, node.outputs_end - node.outputs_begin - 1, slot);
+  }
 }
 
 }  // namespace torchlens

@@ -74,6 +74,7 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
       script_sites_(&module_addresses_),
       journal_(*layout_, &record_, this, options_.save_activations) {
   NoCapture no_capture(kCaptureKey);
+  if (options_.value_sink) record_.SetValueSink(&options_.value_sink);
   CaptureRecord& record = record_.record();
   record.module_addresses = layout_->module_addresses;
   record.param_addresses = layout_->param_addresses;
