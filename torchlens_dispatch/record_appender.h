@@ -115,7 +115,7 @@ inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, i
   }
   NodeRecord& node = record_.nodes[index];
   node.outputs_end = Size(record_.outputs.size());
-  if (C10_UNLIKELY(sink_ != nullptr) && slot >= 0) {
+  if (slot >= 0 && C10_UNLIKELY(sink_ != nullptr)) {
     Stream(index, node.outputs_end - node.outputs_begin - 1, slot);
   }
 }
