@@ -54,7 +54,7 @@ std::vector<char> SavedBytes(const Trace& trace, const std::string& name) {
 
 TEST(TraceFileTest, RoundTripGivesAnEqualTrace) {
   for (const char* name : {"convbn_train", "seed_recurrent", "slice_copy", "dropout_train",
-                           "multi_output", "counter_cell"}) {
+                           "multi_output", "counter_cell", "nested_branches"}) {
     SCOPED_TRACE(name);
     const Trace trace = Capture(name);
     const std::string path = Temp(absl::StrCat(name, ".trace.pt"));
@@ -76,6 +76,10 @@ TEST(TraceFileTest, RoundTripGivesAnEqualTrace) {
       EXPECT_EQ(a.buffer_value_changed, b.buffer_value_changed);
       EXPECT_EQ(a.tensor_shape, b.tensor_shape);
       EXPECT_EQ(a.parent_params, b.parent_params);
+      ASSERT_EQ(a.source_position == nullptr, b.source_position == nullptr) << a.label;
+      if (a.source_position != nullptr) {
+        EXPECT_EQ(*a.source_position, *b.source_position) << a.label;
+      }
       EXPECT_TRUE(BitIdentical(a.out, b.out)) << a.label;
       EXPECT_TRUE(BitIdentical(a.rng_state, b.rng_state)) << a.label;
       ASSERT_EQ(a.outs.size(), b.outs.size());

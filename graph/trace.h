@@ -118,6 +118,10 @@ struct BranchTaken {
   int line = 0;
   std::string text;  // "if bool(x.sum() > 0):"
   bool then = true;  // true: the `if` body ran; false: the `else` body
+
+  friend bool operator==(const BranchTaken& a, const BranchTaken& b) {
+    return a.file == b.file && a.line == b.line && a.text == b.text && a.then == b.then;
+  }
 };
 
 // Where in the model's source code an op ran: the statement of the innermost function
@@ -134,6 +138,11 @@ struct SourcePosition {
   // The `if`s the statement is inside, outermost first; empty when none (or when the
   // capture could not tell: see README "Source positions and branches").
   std::vector<BranchTaken> branches;
+
+  friend bool operator==(const SourcePosition& a, const SourcePosition& b) {
+    return a.file == b.file && a.line == b.line && a.column == b.column && a.text == b.text &&
+           a.branches == b.branches;
+  }
 };
 
 // "file:line" ("linear.py:114" keeps the file's base name only with `short_file`).

@@ -14,7 +14,6 @@
 #include "graph/json_export.h"
 #include "graph/render.h"
 #include "graph/summary.h"
-#include "graph/trace_file.h"
 #include "testdata/testdata.h"
 #include "torchlens_dispatch/capture.h"
 
@@ -110,7 +109,7 @@ TEST_F(SourcePositionsTest, OpsOfOneStatementShareOnePositionAcrossCaptures) {
   EXPECT_EQ(OnlyOp(first, "relu").source_position, OnlyOp(second, "relu").source_position);
 }
 
-TEST_F(SourcePositionsTest, SummaryRenderJsonAndTraceFilesShowThem) {
+TEST_F(SourcePositionsTest, SummaryRenderAndJsonShowThem) {
   const Trace trace = Capture(expected_.input(0));
   const std::string relu_at = absl::StrCat("gen_testdata.py:", expected_.source_line("relu"));
   const std::string branch = absl::StrCat("then of :", expected_.source_line("if"));
@@ -127,27 +126,8 @@ TEST_F(SourcePositionsTest, SummaryRenderJsonAndTraceFilesShowThem) {
   EXPECT_THAT(*json, HasSubstr(absl::StrCat("\"text\": \"", expected_.source_text("relu"))));
   EXPECT_THAT(*json, HasSubstr("\"taken\": \"then\""));
 
-  const std::string path = absl::StrCat(::testing::TempDir(), "/branchy_trace.pt");
-  ASSERT_TRUE(SaveTrace(trace, path).ok());
-  absl::StatusOr<Trace> loaded = LoadTrace(path);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_EQ(loaded->ops().size(), trace.ops().size());
-  for (size_t i = 0; i < trace.ops().size(); ++i) {
-    const Op& a = trace.ops()[i];
-    const Op& b = loaded->ops()[i];
-    ASSERT_EQ(a.source_position == nullptr, b.source_position == nullptr) << a.label;
-    if (a.source_position == nullptr) continue;
-    EXPECT_EQ(a.source_position->file, b.source_position->file);
-    EXPECT_EQ(a.source_position->line, b.source_position->line);
-    EXPECT_EQ(a.source_position->column, b.source_position->column);
-    EXPECT_EQ(a.source_position->text, b.source_position->text);
-    ASSERT_EQ(a.source_position->branches.size(), b.source_position->branches.size());
-    for (size_t k = 0; k < a.source_position->branches.size(); ++k) {
-      EXPECT_EQ(a.source_position->branches[k].line, b.source_position->branches[k].line);
-      EXPECT_EQ(a.source_position->branches[k].then, b.source_position->branches[k].then);
-      EXPECT_EQ(a.source_position->branches[k].text, b.source_position->branches[k].text);
-    }
-  }
+  // Trace files keep them: graph/export_test.cc's round trip compares every op's position
+  // (nested_branches among its models).
 }
 
 // A forward the caller runs under a CaptureGuard (no site markers): the interpreter locates

@@ -49,7 +49,7 @@ void ExpectStreamedAsSaved(const Trace& trace, const Received& received) {
 }
 
 TEST(StreamingTest, EveryValueOnceAsTheTraceHoldsIt) {
-  for (const std::string& name : {"mlp", "bn2d_train", "counter_cell", "view_write"}) {
+  for (const char* name : {"mlp", "bn2d_train", "counter_cell", "view_write"}) {
     SCOPED_TRACE(name);
     torch::jit::Module model = testdata::LoadModel(name);
     testdata::Expected expected(name);
