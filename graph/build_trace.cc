@@ -56,6 +56,8 @@ Trace BuildTrace(CaptureRecord record) {
   int inputs = 0;
   int outputs = 0;
   int constants = 0;
+  // Outputs (undefined when streamed), argument sources, arguments, generator states.
+  const bool replay_data = record.saved_values || record.streamed_values;
 
   auto fill_outputs = [&](const NodeRecord& node, Op& op) {
     for (int32_t i = node.outputs_begin; i < node.outputs_end; ++i) {
@@ -69,7 +71,7 @@ Trace BuildTrace(CaptureRecord record) {
           op.tensor_dtype = c10::toString(output.dtype);
         }
       }
-      if (record.saved_values) op.outs.push_back(std::move(value));
+      if (replay_data) op.outs.push_back(std::move(value));
     }
   };
 
@@ -138,7 +140,7 @@ Trace BuildTrace(CaptureRecord record) {
     // only. The one source of an output or a written buffer version says which output of
     // its parent it is (negative: an alias write, NOTE [Writes through views]).
     const bool keep_sources = node.kind != NodeRecord::Kind::kInput &&
-                              node.kind != NodeRecord::Kind::kConstant && record.saved_values;
+                              node.kind != NodeRecord::Kind::kConstant && replay_data;
     if (keep_sources) op.arg_sources.reserve(node.sources_end - node.sources_begin);
     parent_indices.clear();
     int num_params = 0;
@@ -215,7 +217,7 @@ Trace BuildTrace(CaptureRecord record) {
       alias.written = write.written;
       if (write.slot >= 0) alias.value = record.slots[write.slot];
     }
-    if (!record.saved_values) continue;
+    if (!replay_data) continue;
     if (node.rng_slot >= 0) op.rng_state = record.slots[node.rng_slot];
     int32_t next_source = node.sources_begin;
     auto saved_argument = [&](const at::Tensor& live) -> at::Tensor {

@@ -133,6 +133,10 @@ struct CaptureRecord {
   std::shared_ptr<const std::map<std::string, Param>> params;
   std::vector<TraceDiagnostic> diagnostics;
   bool saved_values = false;
+  // The values went to a sink instead (NOTE [Streaming without saving] in
+  // torchlens_dispatch/capture_options.h): the replay data (arguments, their sources,
+  // generator states) is kept as with saved values, with no tensor an op produced.
+  bool streamed_values = false;
   bool training = false;
   CaptureStats stats;
 };

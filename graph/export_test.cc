@@ -222,12 +222,13 @@ TEST(TraceFileTest, PickleOpcodesThatPopAnEmptyStackAreRejected) {
   const Trace trace = Capture("mlp");
   std::vector<char> bytes = SavedBytes(trace, "mlp.stack.pt");
   ASSERT_TRUE(ParseTraceFile(bytes).ok());
-  // The pickle ends "BINGET n, TUPLE2, REDUCE, BINPUT m, STOP".
-  const std::string tail = "\x86Rq";
+  // The pickle ends "BINGET n, TUPLE2, REDUCE, STOP" (with "BINPUT m" before STOP when
+  // the pickler memoizes the root, which it does when the root has several references).
+  const std::string tail = "\x86R";
   auto at = std::find_end(bytes.begin(), bytes.end(), tail.begin(), tail.end());
   ASSERT_NE(at, bytes.end());
   ASSERT_EQ(*(at - 2), 'h');
-  ASSERT_EQ(*(at + 4), '.');
+  ASSERT_TRUE(*(at + 2) == '.' || (*(at + 2) == 'q' && *(at + 4) == '.'));
   *(at - 2) = '(';  // MARK
   *(at - 1) = '(';  // MARK
   absl::StatusOr<Trace> parsed = ParseTraceFile(bytes);

@@ -96,9 +96,10 @@ FileBytes::~FileBytes() {
   if (mapping_ != nullptr) ::munmap(mapping_, length_);
 }
 
-// See FileBytes: pages read in at once (MAP_POPULATE), private, read-only.
-absl::StatusOr<FileBytes> FileBytes::Map(int fd, uint64_t size) {
-  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+// See FileBytes and ReadLimits::page_on_use.
+absl::StatusOr<FileBytes> FileBytes::Map(int fd, uint64_t size, bool page_on_use) {
+  void* mapping = page_on_use ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0)
+                              : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   if (mapping == MAP_FAILED) return absl::ErrnoToStatus(errno, "cannot map the file");
   FileBytes bytes;
   bytes.mapping_ = mapping;
@@ -142,7 +143,7 @@ absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, FileRole role,
   }
   if (regular) {
     absl::StatusOr<FileBytes> mapped =
-        FileBytes::Map(fd.get(), static_cast<uint64_t>(info.st_size));
+        FileBytes::Map(fd.get(), static_cast<uint64_t>(info.st_size), limits.page_on_use);
     if (!mapped.ok()) {
       return absl::Status(mapped.status().code(), absl::StrCat("cannot read ", Named(role, path),
                                                                ": ", mapped.status().message()));

@@ -44,10 +44,15 @@ struct FileRole {
   absl::string_view expected;
 };
 
-// Bounds on reading a pipe or FIFO (NOTE [Files that are not regular files]).
+// Bounds on reading a pipe or FIFO (NOTE [Files that are not regular files]), and how a
+// regular file is mapped.
 struct ReadLimits {
   uint64_t max_stream_bytes = uint64_t{1} << 30;
   absl::Duration idle_timeout = absl::Seconds(10);
+  // A regular file is mapped without reading its pages in: each is read on first use.
+  // The mapping is then writable, copy-on-write (a write changes this process's copy of the
+  // page, never the file), so that tensors made over it are ordinary writable tensors.
+  bool page_on_use = false;
 };
 
 // The content of a file: a private read-only mapping of a regular file, or the bytes
@@ -70,7 +75,7 @@ class FileBytes {
  private:
   friend absl::StatusOr<FileBytes> ReadFileBytes(const std::string&, FileRole, const ReadLimits&);
   // The whole regular file `fd` of `size` bytes, mapped.
-  static absl::StatusOr<FileBytes> Map(int fd, uint64_t size);
+  static absl::StatusOr<FileBytes> Map(int fd, uint64_t size, bool page_on_use);
 
   void* mapping_ = nullptr;
   size_t length_ = 0;

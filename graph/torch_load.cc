@@ -11,7 +11,9 @@
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/jit/mobile/type_parser.h>
 
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -87,8 +89,9 @@ c10::TypePtr Unified(const std::vector<c10::IValue>& values) {
 // archive check guarantees no cycles and bounded nesting.
 class Converter {
  public:
-  explicit Converter(const CheckedArchive& archive)
+  Converter(const CheckedArchive& archive, std::shared_ptr<void> owner)
       : archive_(archive),
+        owner_(std::move(owner)),
         values_(archive.data),
         converted_(values_.nodes.size()),
         storages_(values_.storages.size()) {}
@@ -121,6 +124,20 @@ class Converter {
     const PickledStorage& pickled = values_.storages[index];
     const ZipArchive::Entry& record = archive_.storage_records[index];
     const uint64_t bytes = pickled.numel * pickled.item_size;  // checked to fit the record
+    if (owner_ != nullptr && !record.deflated && bytes > 0) {
+      // LoadPickledInPlace: the storage is the record's bytes, kept mapped by `owner_`.
+      // Records that torch.save and torchlens write start on 64-byte boundaries; one that
+      // is not aligned for its elements is copied, as kernels may assume alignment.
+      char* data = const_cast<char*>(archive_.zip.Stored(record).data());
+      if (reinterpret_cast<uintptr_t>(data) % pickled.item_size == 0) {
+        auto* keep = new std::shared_ptr<void>(owner_);
+        at::Storage storage(c10::Storage::use_byte_size_t(), bytes,
+                            c10::DataPtr(data, keep, &ReleaseOwner, c10::Device(c10::kCPU)),
+                            /*allocator=*/nullptr, /*resizable=*/false);
+        storages_[index] = storage;
+        return storage;
+      }
+    }
     at::Storage storage(c10::Storage::use_byte_size_t(), bytes, c10::GetDefaultCPUAllocator(),
                         /*resizable=*/true);
     absl::StatusOr<std::string> inflated;
@@ -300,7 +317,10 @@ class Converter {
     return Refuse(path, "an unknown value");
   }
 
+  static void ReleaseOwner(void* owner) { delete static_cast<std::shared_ptr<void>*>(owner); }
+
   const CheckedArchive& archive_;
+  std::shared_ptr<void> owner_;  // LoadPickledInPlace's, or null
   const PickleValues& values_;
   std::vector<std::optional<c10::IValue>> converted_;
   std::vector<std::optional<at::Storage>> storages_;
@@ -309,12 +329,17 @@ class Converter {
 }  // namespace
 
 absl::StatusOr<c10::IValue> LoadPickled(absl::string_view bytes) {
+  return LoadPickledInPlace(bytes, nullptr);
+}
+
+absl::StatusOr<c10::IValue> LoadPickledInPlace(absl::string_view bytes,
+                                               std::shared_ptr<void> owner) {
   absl::StatusOr<CheckedArchive> checked = CheckTorchArchive(bytes, ArchiveKind::kTorchSave);
   if (!checked.ok()) return checked.status();
   // Sparse tensors are calls of torch._utils._rebuild_sparse_tensor: the machine refuses
   // them as objects, naming the call.
   try {
-    return Converter(*checked).Convert(checked->data.root, "");
+    return Converter(*checked, std::move(owner)).Convert(checked->data.root, "");
   } catch (const std::exception& e) {  // LibTorch refusing a value, whatever the reason
     const std::string what = e.what();
     return absl::InvalidArgumentError(

@@ -19,6 +19,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ namespace torchlens {
 // The value in the bytes of a `torch.save` file. kInvalidArgument naming what is wrong
 // (the record, the tensor by its place in the value, the opcode).
 absl::StatusOr<c10::IValue> LoadPickled(absl::string_view bytes);
+
+// The same, with the tensors of records stored uncompressed made over `bytes` in place:
+// no copy, and with a mapping made with ReadLimits::page_on_use (graph/file_io.h) each
+// value is read from disk when first used. Every such tensor holds a reference to
+// `owner`, which keeps `bytes` alive and writable.
+absl::StatusOr<c10::IValue> LoadPickledInPlace(absl::string_view bytes,
+                                               std::shared_ptr<void> owner);
 
 // The value in the `torch.save` file at `path` (read as graph/file_io.h reads files: no
 // devices, bounded pipes). Messages start with "<what> '<path>'".

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <utility>
 
@@ -416,8 +417,9 @@ Op OpFromIValue(const c10::IValue& value, int64_t version, size_t index) {
   return op;
 }
 
-absl::StatusOr<Trace> ParseTrace(absl::string_view bytes) {
-  absl::StatusOr<c10::IValue> loaded = LoadPickled(bytes);
+// `owner`, when not null, keeps `bytes` mapped: tensors are made over them in place.
+absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> owner) {
+  absl::StatusOr<c10::IValue> loaded = LoadPickledInPlace(bytes, std::move(owner));
   if (!loaded.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a readable trace file: ", loaded.status().message()));
@@ -505,7 +507,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes) {
 
 }  // namespace
 
-absl::Status SaveTrace(const Trace& trace, const std::string& path) {
+absl::StatusOr<c10::IValue> TraceFileValue(const Trace& trace) {
   if (absl::Status savable = CheckSavable(trace); !savable.ok()) return savable;
   Dict root = NewDict();
   root.insert("format", std::string(kTraceFileFormat));
@@ -563,10 +565,15 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
   stats.insert("marked_sites", s.marked_sites);
   stats.insert("interpreter_sites", s.interpreter_sites);
   root.insert("capture_stats", stats);
+  return root;
+}
 
+absl::Status SaveTrace(const Trace& trace, const std::string& path) {
+  absl::StatusOr<c10::IValue> root = TraceFileValue(trace);
+  if (!root.ok()) return root.status();
   std::vector<char> bytes;
   try {
-    bytes = torch::jit::pickle_save(root);
+    bytes = torch::jit::pickle_save(*root);
   } catch (const std::exception& e) {
     const std::string what = e.what();
     return absl::InternalError(
@@ -576,10 +583,13 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
 }
 
 absl::StatusOr<Trace> LoadTrace(const std::string& path) {
+  ReadLimits paging;
+  paging.page_on_use = true;  // values are read from disk when used
   absl::StatusOr<FileBytes> read = ReadFileBytes(
-      path, {"trace file", "a trace file written by torchlens (SaveTrace or --save)"});
+      path, {"trace file", "a trace file written by torchlens (SaveTrace or --save)"}, paging);
   if (!read.ok()) return read.status();
-  absl::StatusOr<Trace> trace = ParseTrace(read->view());
+  auto file = std::make_shared<FileBytes>(*std::move(read));
+  absl::StatusOr<Trace> trace = ParseTrace(file->view(), file);
   if (!trace.ok()) {
     return absl::Status(trace.status().code(),
                         absl::StrCat("'", path, "': ", trace.status().message()));
@@ -588,7 +598,10 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path) {
 }
 
 absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes) {
-  return ParseTrace(absl::string_view(bytes.data(), bytes.size()));
+  // In place, as LoadTrace reads a file (NOTE [Values read on use]), over a copy the
+  // trace's tensors keep alive: tests and fuzzing exercise the loader's own path.
+  auto copy = std::make_shared<std::vector<char>>(bytes);
+  return ParseTrace(absl::string_view(copy->data(), copy->size()), copy);
 }
 
 }  // namespace torchlens

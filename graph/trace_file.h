@@ -44,10 +44,22 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path);
 // kNotFound: no such file. kInvalidArgument: not a trace file, truncated or corrupt (the
 // bytes are checked and read by torch_load.h, never by LibTorch's unpickler), or not a
 // file (graph/file_io.h). kFailedPrecondition: a trace file of another version.
+//
+// NOTE [Values read on use]
+// A regular file is mapped, not read (ReadLimits::page_on_use): the trace's tensors are
+// made over the file's records in place, and a value's bytes are read from disk the first
+// time it is used, so that loading a trace larger than memory costs its metadata. The
+// mapping lives as long as any tensor of the trace. Writing a loaded tensor changes this
+// process's copy, never the file. As with any mapped file, truncating the file while a
+// loaded trace is in use ends the process with SIGBUS when a cut value is read.
 absl::StatusOr<Trace> LoadTrace(const std::string& path);
 
 // The same, from the bytes of a file (for tests and fuzzing).
 absl::StatusOr<Trace> ParseTraceFile(const std::vector<char>& bytes);
+
+// The value SaveTrace pickles for `trace`, after the same check (for
+// graph/trace_file_writer.h, which writes it with tensors already on disk).
+absl::StatusOr<c10::IValue> TraceFileValue(const Trace& trace);
 
 }  // namespace torchlens
 

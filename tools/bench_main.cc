@@ -17,13 +17,16 @@
 #include <ATen/Parallel.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <torch/script.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -52,28 +55,37 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Which rows a model gets.
+enum class Rows {
+  kAll,       // every configuration
+  kCaptures,  // plain and captures (scaling and small-op models)
+  kDisk,      // plain, capture without saved values, and capture to disk (large model)
+};
+
 struct BenchModel {
   std::string name;
   std::string file;
   bool train;
   std::vector<int64_t> input_shape;
-  bool full;  // all configurations; otherwise plain and captures only (scaling models)
+  Rows rows;
 };
 
 const std::vector<BenchModel>& Models() {
   static const std::vector<BenchModel> models = {
-      {"mlp50", "mlp50.pt", false, {1, 16}, true},
-      {"resnet18_eval", "resnet18.pt", false, {1, 3, 224, 224}, true},
-      {"resnet18_train", "resnet18.pt", true, {1, 3, 224, 224}, true},
-      {"recurrent100", "recurrent.pt", false, {1, 32}, true},
-      {"transformer", "transformer.pt", false, {1, 16, 64}, true},
+      {"mlp50", "mlp50.pt", false, {1, 16}, Rows::kAll},
+      {"resnet18_eval", "resnet18.pt", false, {1, 3, 224, 224}, Rows::kAll},
+      {"resnet18_train", "resnet18.pt", true, {1, 3, 224, 224}, Rows::kAll},
+      {"recurrent100", "recurrent.pt", false, {1, 32}, Rows::kAll},
+      {"transformer", "transformer.pt", false, {1, 16, 64}, Rows::kAll},
       // Many small ops (issue 21's small-op models): capture rows only.
-      {"shufflenet_v2_x1_0", "shufflenet_v2_x1_0.pt", false, {1, 3, 224, 224}, false},
-      {"mobilenet_v2", "mobilenet_v2.pt", false, {1, 3, 224, 224}, false},
-      {"mlp200", "mlp200.pt", false, {1, 16}, false},
-      {"mlp2000", "mlp2000.pt", false, {1, 16}, false},
-      {"mlp200_tied", "mlp200_tied.pt", false, {1, 16}, false},
-      {"mlp2000_tied", "mlp2000_tied.pt", false, {1, 16}, false},
+      {"shufflenet_v2_x1_0", "shufflenet_v2_x1_0.pt", false, {1, 3, 224, 224}, Rows::kCaptures},
+      {"mobilenet_v2", "mobilenet_v2.pt", false, {1, 3, 224, 224}, Rows::kCaptures},
+      {"mlp200", "mlp200.pt", false, {1, 16}, Rows::kCaptures},
+      {"mlp2000", "mlp2000.pt", false, {1, 16}, Rows::kCaptures},
+      {"mlp200_tied", "mlp200_tied.pt", false, {1, 16}, Rows::kCaptures},
+      {"mlp2000_tied", "mlp2000_tied.pt", false, {1, 16}, Rows::kCaptures},
+      // Saved values of over 4 GB (issue 19), captured to disk only: --models resnet152_b32.
+      {"resnet152_b32", "resnet152.pt", false, {32, 3, 224, 224}, Rows::kDisk},
   };
   return models;
 }
@@ -143,6 +155,21 @@ struct Config {
   std::function<void()> run;
   std::vector<double> micros;
 };
+
+// Writes `bytes` bytes to `path` in 1 MiB writes and closes it (the bandwidth `dd
+// bs=1M` reaches, through the page cache as the trace file's writes go).
+void WriteLoop(const std::string& path, int64_t bytes) {
+  static const std::vector<char> chunk(1 << 20, 'x');
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  for (int64_t left = bytes; left > 0;) {
+    const ssize_t written =
+        ::write(fd, chunk.data(), static_cast<size_t>(std::min<int64_t>(left, chunk.size())));
+    if (written <= 0) break;
+    left -= written;
+  }
+  ::close(fd);
+}
 
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -234,7 +261,15 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
 
   CaptureOptions unsaved;
   unsaved.save_activations = false;
-  absl::StatusOr<Trace> reference = TraceModule(model, inputs);
+  // CaptureOptions::trace_file, and a plain write loop (what `dd` measures) writing as many
+  // bytes into the same folder: the bandwidth reference of the same run.
+  const std::string disk_file = absl::StrCat(std::filesystem::temp_directory_path().string(),
+                                             "/torchlens_bench_", spec.name, ".pt");
+  CaptureOptions to_disk;
+  to_disk.trace_file = disk_file;
+  const bool disk_only = spec.rows == Rows::kDisk;
+  absl::StatusOr<Trace> reference =
+      TraceModule(model, inputs, disk_only ? to_disk : CaptureOptions());
   if (!reference.ok()) {
     std::cerr << spec.name << ": " << reference.status() << "\n";
     return nullptr;
@@ -250,14 +285,24 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   int do_last_cone = 0;
   int do_first_cone = 0;
 
+  std::error_code size_error;
+  const int64_t file_bytes =
+      static_cast<int64_t>(std::filesystem::file_size(disk_file, size_error));
+  if (size_error) std::filesystem::remove(disk_file, size_error);
   std::vector<Config> configs = {
       {"plain", [&] { model.forward(inputs); }, {}},
-      // The private plan captures run through (NOTE [Stable plans]), without capture: how
-      // much of a capture's cost is the plan, not the recording.
-      {"private_plan", [&] { RunUnoptimized(model, inputs); }, {}},
       {"capture_unsaved", [&] { (void)TraceModule(model, inputs, unsaved); }, {}},
-      {"capture", [&] { (void)TraceModule(model, inputs); }, {}},
   };
+  if (!disk_only) {
+    // The private plan captures run through (NOTE [Stable plans]), without capture: how
+    // much of a capture's cost is the plan, not the recording.
+    configs.push_back({"private_plan", [&] { RunUnoptimized(model, inputs); }, {}});
+    configs.push_back({"capture", [&] { (void)TraceModule(model, inputs); }, {}});
+  }
+  if (spec.rows != Rows::kCaptures) {
+    configs.push_back({"capture_to_disk", [&] { (void)TraceModule(model, inputs, to_disk); }, {}});
+    configs.push_back({"write_loop", [&] { WriteLoop(disk_file + ".loop", file_bytes); }, {}});
+  }
   // Service capture (README "Capture in a service: save less, stop early, bound memory"):
   // one module's values saved, and a forward halted after the first block.
   CaptureOptions save_layer4;
@@ -270,7 +315,7 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
     configs.push_back(
         {"halt_layer1.0", [&] { (void)TraceModule(model, inputs, halt_first_block); }, {}});
   }
-  if (spec.full) {
+  if (spec.rows == Rows::kAll) {
     configs.push_back({"validate", [&] { (void)ValidateForwardPass(*reference); }, {}});
     configs.push_back({"validate_2_threads",
                        [&] { (void)ValidateForwardPass(*reference, ValidationOptions{2}); },
@@ -298,10 +343,11 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
                                  }),
                   configs.end());
   }
-  for (int warm = 0; warm < 3; ++warm) {
+  for (int warm = 0; warm < (disk_only ? 1 : 3); ++warm) {
     for (Config& config : configs) config.run();
   }
   int repeats = options.repeats;
+  if (repeats == 0 && disk_only) repeats = 3;  // a minute per round
   if (repeats == 0) {
     const double plain = MicrosOf(configs[0].run) / 1e6;  // seconds
     repeats = static_cast<int>(std::clamp(6.0 / (plain * 6 + 1e-9), 9.0, 301.0));
@@ -313,11 +359,16 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   // Memory, in separate runs.
   const int64_t plain_peak = PeakDuring([&] { model.forward(inputs); });
   int64_t saved_bytes = 0;
-  const int64_t capture_peak = PeakDuring([&] {
+  const int64_t capture_peak = disk_only ? 0 : PeakDuring([&] {
     absl::StatusOr<Trace> trace = TraceModule(model, inputs);
     if (trace.ok()) saved_bytes = SavedBytes(*trace);
   });
   const int64_t unsaved_peak = PeakDuring([&] { (void)TraceModule(model, inputs, unsaved); });
+  const int64_t disk_peak = spec.rows == Rows::kCaptures
+                                ? 0
+                                : PeakDuring([&] { (void)TraceModule(model, inputs, to_disk); });
+  std::filesystem::remove(disk_file, size_error);
+  std::filesystem::remove(disk_file + ".loop", size_error);
 
   const double plain = Median(configs[0].micros);
   nlohmann::json rows = nlohmann::json::array();
@@ -337,6 +388,28 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
         row["peak_above_plain_over_saved"] =
             saved_bytes > 0 ? static_cast<double>(peak - plain_peak) / saved_bytes : 0.0;
       }
+    }
+    if (config.name == "capture_to_disk") {
+      // The file's bytes over the time the capture spent beyond one without saved values,
+      // against the write loop's bandwidth; peak allocation above plain over those bytes.
+      auto median_of = [&](const char* name) {
+        for (const Config& other : configs) {
+          if (other.name == name) return Median(other.micros);
+        }
+        return 0.0;
+      };
+      const double write_seconds = (median - median_of("capture_unsaved")) / 1e6;
+      const double loop_seconds = median_of("write_loop") / 1e6;
+      row["saved_bytes"] = file_bytes;
+      row["peak_above_plain_bytes"] = disk_peak - plain_peak;
+      row["peak_above_plain_over_saved"] =
+          file_bytes > 0 ? static_cast<double>(disk_peak - plain_peak) / file_bytes : 0.0;
+      row["write_MBps"] = write_seconds > 0 ? file_bytes / write_seconds / 1e6 : 0.0;
+      row["write_loop_MBps"] = loop_seconds > 0 ? file_bytes / loop_seconds / 1e6 : 0.0;
+      row["bandwidth_vs_write_loop"] =
+          row["write_loop_MBps"].get<double>() > 0
+              ? row["write_MBps"].get<double>() / row["write_loop_MBps"].get<double>()
+              : 0.0;
     }
     if (config.name == "do_last_op") row["reexecuted_ops"] = do_last_cone;
     if (config.name == "do_first_op") row["reexecuted_ops"] = do_first_cone;
@@ -429,6 +502,15 @@ void PrintTable(const nlohmann::json& rows) {
             ? absl::StrFormat("%.2f", row["saved_bytes"].get<double>() / 1e6)
             : "",
         number("peak_above_plain_over_saved", "%.3f"));
+  }
+  for (const nlohmann::json& row : rows) {
+    if (!row.contains("write_MBps")) continue;
+    std::cout << absl::StrFormat(
+        "%-15s capture_to_disk wrote %.1f MB at %.0f MB/s (the capture's time beyond "
+        "capture_unsaved); write loop %.0f MB/s; ratio %.2f\n",
+        row["model"].get<std::string>(), row["saved_bytes"].get<double>() / 1e6,
+        row["write_MBps"].get<double>(), row["write_loop_MBps"].get<double>(),
+        row["bandwidth_vs_write_loop"].get<double>());
   }
 }
 

@@ -9,6 +9,8 @@ Models (random weights, seeded):
   mlp200_tied.pt  the same with one Linear(16, 16) shared by every layer, so that the
   mlp2000_tied.pt model's memory does not grow with its depth      (scaling control)
   resnet18.pt     torchvision ResNet-18, input [1, 3, 224, 224]    (compute-bound)
+  resnet152.pt    torchvision ResNet-152, input [32, 3, 224, 224]  (capture to disk of
+                  over 4 GB of values)
   recurrent.pt    a cell with a state buffer, 100 steps, input [1, 32]
   transformer.pt  nn.TransformerEncoderLayer(64, 4), input [1, 16, 64] (batch first)
   shufflenet_v2_x1_0.pt, mobilenet_v2.pt  torchvision, input [1, 3, 224, 224] (many
@@ -57,6 +59,7 @@ def main(out):
         "mlp200_tied": tied_mlp(200),
         "mlp2000_tied": tied_mlp(2000),
         "resnet18": torchvision.models.resnet18(),
+        "resnet152": torchvision.models.resnet152(),
         "recurrent": Recurrent(),
         "transformer": nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True),
         "shufflenet_v2_x1_0": torchvision.models.shufflenet_v2_x1_0(),

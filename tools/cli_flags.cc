@@ -20,7 +20,7 @@ const char kUsage[] =
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
     "                 [--validate] [--edit LABEL=VALUE ...] [--render FILE.svg|png|pdf]\n"
     "                 [--show_buffers never|meaningful|always] [--render_depth N] [--rolled]\n"
-    "                 [--json FILE] [--save FILE]\n"
+    "                 [--json FILE] [--save FILE | --stream_to FILE]\n"
     "                 [--compare TRACE | --compare_model FILE.pt] [--hash] [--non_finite]\n"
     "                 [--module M,...]\n"
     "                 [--chrome_trace FILE.json] [--save_modules M,... --save_types T,...\n"
@@ -53,6 +53,8 @@ const char kUsage[] =
     "  --rolled            draw each layer's passes (and each box's calls) once\n"
     "  --json FILE         write the trace's metadata as JSON\n"
     "  --save FILE         write a trace file (torch.load reads it in Python)\n"
+    "  --stream_to FILE    write the trace file during the capture: each value goes to\n"
+    "                      FILE when recorded and is not kept in memory\n"
     "  --compare TRACE     compare with a trace file written by --save: each node's\n"
     "                      largest differences, the first divergence marked\n"
     "  --compare_model M   run model M on the same inputs and compare its trace\n"
@@ -138,6 +140,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   flags.String("summary", &options.summary_file);
   flags.String("json", &options.json_file);
   flags.String("save", &options.save_file);
+  flags.String("stream_to", &options.stream_file);
   flags.String("compare", &options.compare_trace);
   flags.String("compare_model", &options.compare_model);
   flags.String("chrome_trace", &options.chrome_trace);
@@ -216,6 +219,25 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   if (options.partial_on_budget && options.max_saved_bytes < 0) {
     return absl::InvalidArgumentError("--partial_on_budget needs --max_saved_bytes");
   }
+  if (!options.stream_file.empty()) {
+    // CaptureOptions::trace_file keeps every value, on disk.
+    std::vector<std::string> given;
+    auto refuse_if = [&](bool set, const char* flag) {
+      if (set) given.push_back(flag);
+    };
+    refuse_if(!options.save_file.empty(), "--save");
+    refuse_if(no_save, "--no_save");
+    refuse_if(!options.save_modules.empty(), "--save_modules");
+    refuse_if(!options.save_types.empty(), "--save_types");
+    refuse_if(!options.save_labels.empty(), "--save_labels");
+    refuse_if(options.max_saved_bytes >= 0, "--max_saved_bytes");
+    if (!given.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--stream_to writes every value to its file as it is captured; it cannot be "
+          "combined with ",
+          absl::StrJoin(given, ", "), " (use --save for a trace saved after the capture)"));
+    }
+  }
   if (!options.trace_file.empty()) {
     // A saved trace is looked at as it was captured: flags that describe a capture would
     // be silently ignored.
@@ -227,6 +249,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     refuse_if(!options.input_shapes.empty(), "--input_shape");
     refuse_if(!options.input_file.empty(), "--input");
     refuse_if(no_save, "--no_save");
+    refuse_if(!options.stream_file.empty(), "--stream_to");
     refuse_if(!options.compare_model.empty(), "--compare_model");
     refuse_if(!options.chrome_trace.empty(), "--chrome_trace");
     refuse_if(!options.save_modules.empty(), "--save_modules");

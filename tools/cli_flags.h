@@ -36,6 +36,7 @@ struct CliOptions {
   bool rolled = false;                      // RenderOptions::rolled
   std::string json_file;
   std::string save_file;
+  std::string stream_file;           // --stream_to: CaptureOptions::trace_file
   std::string compare_trace;         // a trace file to compare the new trace with
   std::string compare_model;         // a second model to run on the same inputs and compare
   bool hash = false;                 // print the structure hash
@@ -62,7 +63,7 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
 
 // Flags: --model, --input_shape, --input, --mode (train|eval), --seed, --no_save,
 // --summary, --validate, --edit (repeatable), --render, --show_buffers, --render_depth,
-// --rolled, --json, --save,
+// --rolled, --json, --save, --stream_to,
 // --trace, --compare, --compare_model, --hash, --non_finite, --module, --chrome_trace,
 // --save_modules,
 // --save_types, --save_labels, --halt_after, --stop_at_non_finite, --max_saved_bytes,

@@ -223,10 +223,12 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
   capture.stop_at_non_finite = options.stop_at_non_finite;
   capture.max_saved_bytes = options.max_saved_bytes;
   capture.partial_on_budget = options.partial_on_budget;
+  if (!options.stream_file.empty()) capture.trace_file = UserPath(options.stream_file);
   std::vector<c10::IValue> second_inputs;
   if (!options.compare_model.empty()) second_inputs = CloneInputs(inputs);
   absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture);
   if (!trace.ok()) return trace.status();
+  capture.trace_file.clear();  // --compare_model's trace stays in memory
   Subject subject{*std::move(trace), *model_path};
   if (!options.compare_model.empty()) {
     absl::StatusOr<torch::jit::Module> second = LoadTorchScript(UserPath(options.compare_model));

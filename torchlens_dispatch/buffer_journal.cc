@@ -102,7 +102,7 @@ void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> re
     if (pending.kind == WriteKind::kFused) {
       changed = !BitIdentical(state.latest, value);
     } else {
-      source.output_index = WrittenOutput(pending, producer, returns, slot);
+      source.output_index = WrittenOutput(pending, producer, returns, slot, value);
     }
     const int32_t version =
         record_->AddBufferVersion(pending.buffer, pending.kind, &source, value, changed, slot);
@@ -113,7 +113,8 @@ void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> re
 }
 
 int32_t BufferJournal::WrittenOutput(const PendingWrite& pending, int32_t producer,
-                                     c10::ArrayRef<c10::IValue> returns, int32_t slot) {
+                                     c10::ArrayRef<c10::IValue> returns, int32_t slot,
+                                     const at::Tensor& value) {
   const State& state = buffers_[pending.buffer];
   if (pending.written_tensor >= 0 &&
       (pending.written.unsafeGetTensorImpl() == state.holder.unsafeGetTensorImpl() ||
@@ -140,7 +141,7 @@ int32_t BufferJournal::WrittenOutput(const PendingWrite& pending, int32_t produc
   write.aliased = GeometryOf(state.holder);
   if (pending.written.defined()) write.written = GeometryOf(pending.written);
   write.slot = slot;
-  return record_->AddAliasWrite(producer, std::move(write));
+  return record_->AddAliasWrite(producer, std::move(write), value);
 }
 
 void BufferJournal::SetHolder(int32_t buffer, const at::Tensor& tensor) {

@@ -117,9 +117,10 @@ class BufferJournal {
   int32_t AddVersion(int32_t buffer, std::optional<WriteKind> kind, const SourceRecord* producer,
                      at::Tensor value, std::optional<bool> changed);
   // Where a kInplace write of `pending` leaves the buffer: the output of `producer` that
-  // returned it, or an alias write (NOTE [Buffer writes]).
+  // returned it, or an alias write (NOTE [Buffer writes]) whose value, `value`, is saved
+  // in `slot` or streamed.
   int32_t WrittenOutput(const PendingWrite& pending, int32_t producer,
-                        c10::ArrayRef<c10::IValue> returns, int32_t slot);
+                        c10::ArrayRef<c10::IValue> returns, int32_t slot, const at::Tensor& value);
 
   RecordAppender* record_;
   Tensors* tensors_;

@@ -8,11 +8,13 @@
 
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "graph/build_trace.h"
+#include "graph/trace_file_writer.h"
 #include "torchlens_dispatch/fallback.h"
 #include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/ops/capture_key.h"
@@ -23,10 +25,40 @@
 
 namespace torchlens {
 
+namespace {
+
+// CaptureOptions::trace_file: a writer for the file, fed by a value sink, with the capture
+// keeping no value (NOTE [Streaming without saving]).
+absl::Status StreamToFile(CaptureOptions* options, std::unique_ptr<TraceFileWriter>* writer) {
+  if (!options->save_activations || options->value_sink || !options->save_modules.empty() ||
+      !options->save_types.empty() || !options->save_labels.empty() || options->save_if ||
+      options->max_saved_bytes >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CaptureOptions::trace_file (\"", options->trace_file,
+        "\") writes every value to the file as it is captured: it needs save_activations = "
+        "true, no value_sink of your own (the file is the sink), and no selective saving or "
+        "max_saved_bytes (memory stays bounded without them)"));
+  }
+  absl::StatusOr<std::unique_ptr<TraceFileWriter>> created =
+      TraceFileWriter::Create(options->trace_file);
+  if (!created.ok()) return created.status();
+  *writer = *std::move(created);
+  TraceFileWriter* file = writer->get();
+  options->save_activations = false;
+  options->value_sink = [file](const StreamedValue& value) {
+    const absl::Status added = file->AddValue(value.node, value.output, value.value);
+    if (!added.ok()) throw std::runtime_error(std::string(added.message()));
+  };
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 // Thread state switched for the guard's lifetime, restored in reverse order.
 struct CaptureGuard::State {
-  State(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options)
-      : recorder(std::move(layout), training, options) {
+  State(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options,
+        std::unique_ptr<TraceFileWriter> file)
+      : file(std::move(file)), recorder(std::move(layout), training, options) {
     Recorder::SetCurrent(&recorder);
     include_key.emplace(kCaptureKey);
     unoptimized.emplace(false);
@@ -38,6 +70,7 @@ struct CaptureGuard::State {
     if (Recorder::Current() == &recorder) Recorder::SetCurrent(nullptr);
   }
 
+  std::unique_ptr<TraceFileWriter> file;  // CaptureOptions::trace_file; outlives the sink
   Recorder recorder;
   std::optional<c10::impl::IncludeDispatchKeyGuard> include_key;
   // See capture.h: one execution plan for every capture of a TorchScript model.
@@ -55,15 +88,23 @@ CaptureGuard::CaptureGuard(torch::jit::Module& model, CaptureOptions options) {
           "instead of forking it"));
       return;
     }
+    std::unique_ptr<TraceFileWriter> file;
+    if (!options.trace_file.empty()) refusal_ = StreamToFile(&options, &file);
+    if (!refusal_.ok()) return;
     CaptureFallbackRegistered();
-    state_ = std::make_unique<State>(std::move(layout), model.is_training(), options);
+    state_ = std::make_unique<State>(std::move(layout), model.is_training(), std::move(options),
+                                     std::move(file));
   }
 }
 
 CaptureGuard::CaptureGuard(torch::nn::Module& model, CaptureOptions options) {
   if (Recorder::Current() == nullptr) {
+    std::unique_ptr<TraceFileWriter> file;
+    if (!options.trace_file.empty()) refusal_ = StreamToFile(&options, &file);
+    if (!refusal_.ok()) return;
     CaptureFallbackRegistered();
-    state_ = std::make_unique<State>(LayoutOf(model), model.is_training(), options);
+    state_ = std::make_unique<State>(LayoutOf(model), model.is_training(), std::move(options),
+                                     std::move(file));
   }
 }
 
@@ -100,6 +141,11 @@ absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
     const std::string label = static_cast<size_t>(sink_failed_node) < trace.ops().size()
                                   ? trace.ops()[sink_failed_node].label
                                   : absl::StrCat("node ", sink_failed_node);
+    if (state_->file != nullptr) {
+      return absl::AbortedError(absl::StrCat(
+          "writing the trace file stopped at the value of ", label, ": ", sink_failure,
+          "; the forward ran to its end undisturbed and the partial file was removed"));
+    }
     return absl::AbortedError(
         absl::StrCat("CaptureOptions::value_sink threw on the value of ", label, ": ", sink_failure,
                      "; it was not called again, and the forward ran to its end undisturbed"));
@@ -110,6 +156,7 @@ absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
         ". Raise CaptureOptions::max_saved_bytes, save fewer ops (save_modules, save_types, "
         "save_labels, save_if), or set partial_on_budget to get this partial trace"));
   }
+  if (state_->file != nullptr) return state_->file->Finish(trace);
   return trace;
 }
 

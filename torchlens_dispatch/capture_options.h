@@ -95,7 +95,26 @@ struct CaptureOptions {
   // generator states) are not delivered. Selective saving and the memory budget decide
   // what is saved, hence delivered. A sink that throws is called no more, the forward runs
   // on undisturbed, and Finish returns kAborted naming the node and the exception.
+  //
+  // NOTE [Streaming without saving]
+  // With save_activations = false the sink still receives every value a saved capture
+  // would hold (selective saving and the memory budget do not apply), and the capture
+  // keeps none: memory stays that of a capture without saved values, whatever the model's
+  // size. The value is then the live tensor (it may require grad; detach it), delivered
+  // right after its op, before anything can write it. The graph is the one a capture in
+  // memory records (NOTE [Streaming identity] in recorder_writes.cc). The trace keeps the
+  // replay data (arguments, with a node's tensor left undefined where `arg_sources` names
+  // the node, and generator states) and, like a capture without saved values, no tensor
+  // values.
   std::function<void(const StreamedValue&)> value_sink;
+
+  // Write the trace to this file as it is captured (a trace file, graph/trace_file.h):
+  // each value goes to disk once recorded and is dropped from memory (NOTE [Streaming
+  // without saving]; save_activations must be true, the default, and no value_sink set).
+  // Finish completes the file (written as "<file>.partial", renamed when complete) and
+  // returns the trace read back from it with LoadTrace: values are read from disk when
+  // used. Capture errors remove the partial file.
+  std::string trace_file;
 };
 
 }  // namespace torchlens

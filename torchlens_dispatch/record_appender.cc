@@ -85,24 +85,31 @@ int32_t RecordAppender::AddOp(NodeRecord node) {
   return Size(record_.nodes.size()) - 1;
 }
 
-int32_t RecordAppender::AddAliasWrite(int32_t writer, AliasWriteRecord write) {
+int32_t RecordAppender::AddAliasWrite(int32_t writer, AliasWriteRecord write,
+                                      const at::Tensor& value) {
   const int32_t slot = write.slot;
   record_.alias_writes.push_back(std::move(write));
   NodeRecord& node = record_.nodes[writer];
   node.alias_writes_end = Size(record_.alias_writes.size());
   const int32_t output = -(node.alias_writes_end - node.alias_writes_begin);
-  if (sink_ != nullptr && slot >= 0) Stream(writer, output, slot);
+  if (sink_ != nullptr) {
+    if (stream_unsaved_) {
+      if (value.defined()) Stream(writer, output, value);
+    } else if (slot >= 0) {
+      Stream(writer, output, record_.slots[slot]);
+    }
+  }
   return output;
 }
 
-void RecordAppender::Stream(int32_t node, int output, int32_t slot) {
+void RecordAppender::Stream(int32_t node, int output, const at::Tensor& value) {
   // Output nodes hold their producer's value, which the sink already had.
   if (record_.nodes[node].kind == NodeRecord::Kind::kOutput) return;
   // The sink's own ops (a copy of the value, ...) are not the model's.
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
   const std::function<void(const StreamedValue&)>& sink = *sink_;
   try {
-    sink(StreamedValue{node, output, record_.slots[slot]});
+    sink(StreamedValue{node, output, value});
     return;
   } catch (const std::exception& e) {
     record_.sink_failure = FirstLine(e);

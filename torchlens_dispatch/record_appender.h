@@ -76,7 +76,9 @@ class RecordAppender {
   void AddOutput(int32_t index, const at::Tensor& tensor, int32_t slot);
   // Appends an alias write to op `writer` (which may be followed by buffer versions, which
   // have none) and returns the output index readers name it by, -(k + 1).
-  int32_t AddAliasWrite(int32_t writer, AliasWriteRecord write);
+  // `value` is the tensor's value after the write, streamed when the record keeps no
+  // values (SetValueSink's `unsaved`).
+  int32_t AddAliasWrite(int32_t writer, AliasWriteRecord write, const at::Tensor& value = {});
 
   // Nodes appended whole. `constant_address` indexes record().constant_addresses (-1: none).
   int32_t AddSourceNode(NodeRecord::Kind kind, const at::Tensor& tensor, int32_t slot,
@@ -91,16 +93,23 @@ class RecordAppender {
 
   // Hands each saved node value to `sink` as it is appended (NOTE [Streaming saved values]
   // in capture_options.h); `sink` outlives the appender. A sink that throws is dropped and
-  // its failure kept in the record (CaptureRecord::sink_failure).
-  void SetValueSink(const std::function<void(const StreamedValue&)>* sink) { sink_ = sink; }
+  // its failure kept in the record (CaptureRecord::sink_failure). With `unsaved` the record
+  // keeps no values (its slots are empty, NOTE [Streaming identity]) and the sink receives
+  // the tensors appended instead (NOTE [Streaming without saving]).
+  void SetValueSink(const std::function<void(const StreamedValue&)>* sink, bool unsaved) {
+    sink_ = sink;
+    stream_unsaved_ = unsaved;
+    record_.streamed_values = unsaved;
+  }
 
  private:
   int32_t Size(size_t n) const { return static_cast<int32_t>(n); }
-  // Calls the sink with output `output` of node `node`, held in `slot`.
-  void Stream(int32_t node, int output, int32_t slot);
+  // Calls the sink with output `output` of node `node`.
+  void Stream(int32_t node, int output, const at::Tensor& value);
 
   CaptureRecord record_;
   const std::function<void(const StreamedValue&)>* sink_ = nullptr;
+  bool stream_unsaved_ = false;
 };
 
 inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, int32_t slot) {
@@ -115,8 +124,14 @@ inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, i
   }
   NodeRecord& node = record_.nodes[index];
   node.outputs_end = Size(record_.outputs.size());
-  if (slot >= 0 && C10_UNLIKELY(sink_ != nullptr)) {
-    Stream(index, node.outputs_end - node.outputs_begin - 1, slot);
+  if (C10_UNLIKELY(sink_ != nullptr)) {
+    const int output_index = node.outputs_end - node.outputs_begin - 1;
+    if (stream_unsaved_) {
+      // Slots are empty (NOTE [Streaming identity]); buffer versions have none.
+      if (tensor.defined()) Stream(index, output_index, tensor);
+    } else if (slot >= 0) {
+      Stream(index, output_index, record_.slots[slot]);
+    }
   }
 }
 

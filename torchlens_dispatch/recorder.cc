@@ -72,9 +72,11 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
                                    &layout_->module_types, &layout_->module_children,
                                    &layout_->layer_classes}),
       script_sites_(&module_addresses_),
+      streaming_(!options_.save_activations && options_.value_sink != nullptr),
+      saves_(options_.save_activations || streaming_),
       journal_(*layout_, &record_, this, options_.save_activations) {
   NoCapture no_capture(kCaptureKey);
-  if (options_.value_sink) record_.SetValueSink(&options_.value_sink);
+  if (options_.value_sink) record_.SetValueSink(&options_.value_sink, streaming_);
   CaptureRecord& record = record_.record();
   record.module_addresses = layout_->module_addresses;
   record.param_addresses = layout_->param_addresses;
@@ -248,11 +250,24 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
       });
     }
   }
-  if (prepared.save) {
+  if (prepared.save && !streaming_) {
     for (const c10::IValue& arg : args) {
       // Lists are shared and mutable: TorchScript code may append to one after the call
       // (DenseNet appends to the list it passed to aten::cat). Keep the call's contents.
       record_.AddArgument(arg.isList() ? c10::IValue(arg.toList().copy()) : arg);
+    }
+  } else if (prepared.save) {
+    // NOTE [Streaming without saving]: an argument a node produced is that node's streamed
+    // value; holding the tensor would keep every activation alive.
+    size_t s = 0;
+    for (const c10::IValue& arg : args) {
+      if (!ContainsTensor(arg)) {
+        record_.AddArgument(arg.isList() ? c10::IValue(arg.toList().copy()) : arg);
+        continue;
+      }
+      record_.AddArgument(MapTensors(arg, [&](const at::Tensor& t) {
+        return sources[s++].kind == SourceRecord::Kind::kNode ? at::Tensor() : t;
+      }));
     }
   }
   record_.EndArguments(node, sources);
@@ -289,7 +304,7 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   // Copied out: nested calls may add to op_infos_ and move `*info`.
   prepared.op_index = info->index;
   prepared.num_returns = info->num_returns;
-  if (info->returns_view && !options_.save_activations) {
+  if (info->returns_view && !saves_) {
     for (const c10::IValue& arg : args) {
       ForEachTensor(arg, [&](const at::Tensor& t) {
         if (t.defined() && t.has_storage()) prepared.view_bases.push_back(t);
@@ -315,7 +330,7 @@ void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepar
     positions.resize(node->layer + 1);
     positions[node->layer] = script_sites_.PositionOf(site);  // NOTE [Source positions]
   }
-  prepared->save = options_.save_activations && !over_budget_;
+  prepared->save = saves_ && !over_budget_;
   if (options_.max_saved_bytes >= 0 && saved_bytes_ > options_.max_saved_bytes && prepared->save) {
     over_budget_ = true;  // NOTE [Selective saving]: from here on, metadata only
     prepared->save = false;
@@ -436,8 +451,10 @@ void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet key
 Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
   auto it = tensors_.find(impl);
   if (it == tensors_.end()) return nullptr;
-  // See NOTE [Address reuse in unsaved mode].
+  // See NOTE [Address reuse in unsaved mode]. A streaming capture's entries pin their
+  // tensors' addresses (NOTE [Streaming identity]): a dead tensor's entry stays.
   const TensorEntry& entry = it->second;
+  if (streaming_) return &it->second;
   if ((entry.version.enabled() && CounterOf(entry.version) != CounterOf(impl->version_counter())) ||
       (entry.alive.has_value() && entry.alive->expired())) {
     tensors_.erase(it);  // a new tensor at a freed tensor's address
@@ -447,7 +464,9 @@ Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
 }
 
 void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
-  if (!options_.save_activations && entry.param < 0 && entry.buffer < 0) {
+  if (streaming_ && entry.param < 0 && entry.buffer < 0) {
+    entry.alive.emplace(tensor.getIntrusivePtr());  // NOTE [Streaming identity]
+  } else if (!options_.save_activations && entry.param < 0 && entry.buffer < 0) {
     // See NOTE [Address reuse in unsaved mode].
     const c10::VariableVersion& version = tensor.unsafeGetTensorImpl()->version_counter();
     if (version.enabled()) {
@@ -522,6 +541,7 @@ int32_t Recorder::Save(const at::Tensor& tensor, const c10::TensorImpl* live) {
   if (C10_UNLIKELY(saves_until_failure >= 0) && saves_until_failure-- == 0) {
     throw std::bad_alloc();
   }
+  if (streaming_) return SaveStreamed(tensor, live);
   // Saved values never hold the user's autograd graph alive.
   const int32_t slot = record_.AddSlot(tensor.requires_grad() ? tensor.detach() : tensor);
   if (options_.max_saved_bytes >= 0) saved_bytes_ += static_cast<int64_t>(tensor.nbytes());

@@ -185,6 +185,8 @@ class Recorder : private BufferJournal::Tensors {
   struct StorageEntry {
     absl::InlinedVector<SavedValue, 2> saved;  // saved values living in this storage
     std::vector<AliasedTensor> aliased;        // without saved values only
+    // A streaming capture's pin on the storage's address (NOTE [Streaming identity]).
+    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> pinned;
   };
   // A saved value the current op's write overlapped (NOTE [Writes through views]).
   struct OverwrittenValue {
@@ -242,6 +244,11 @@ class Recorder : private BufferJournal::Tensors {
   // A new slot for `tensor`, registered for copy-on-write as the saved value of `live`
   // (the tensor itself by default; see SavedValue).
   int32_t Save(const at::Tensor& tensor, const c10::TensorImpl* live = nullptr);
+  // Save's part in a streaming capture: a slot with no value, indexed as a saved value.
+  int32_t SaveStreamed(const at::Tensor& tensor, const c10::TensorImpl* live);
+  // A tensor over `storage` with the geometry of streamed slot `slot`: the value that slot
+  // would hold, as a saved value aliasing the storage does.
+  at::Tensor StreamedAlias(const c10::Storage& storage, int32_t slot) const;
   void Remember(const at::Tensor& tensor, TensorEntry entry);
   // Whether `tensor` shares its storage with a registered buffer.
   bool AliasesBuffer(const at::Tensor& tensor) const {
@@ -319,6 +326,18 @@ class Recorder : private BufferJournal::Tensors {
   std::vector<int32_t> layer_of_class_;  // by NOTE [Layer classes] number; -1: not run yet
   int32_t next_layer_ = 0;
 
+  // NOTE [Streaming without saving]: a value sink and no saved values; set first (the
+  // appender and the journal are told in the constructor).
+  const bool streaming_ = false;
+  const bool saves_ = false;  // save_activations or streaming_: values are kept or streamed
+  // Per slot of a streaming capture, the geometry of the value streamed (NOTE [Streaming
+  // identity]); empty otherwise.
+  struct StreamedSlot {
+    std::pair<int64_t, int64_t> bytes;
+    TensorGeometry geometry;
+    at::ScalarType dtype;
+  };
+  std::vector<StreamedSlot> streamed_slots_;
   // NOTE [Selective saving] and early stop.
   bool selective_ = false;                // some save_* option is set
   bool labels_needed_ = false;            // labels are computed while capturing

@@ -62,10 +62,12 @@ void Recorder::CopySavedValuesOfBuffers() {
   // saved values]).
   for (auto& [storage, entry] : storages_) {
     if (journal_.BuffersIn(storage) == nullptr) continue;
-    for (const SavedValue& saved : entry.saved) {
-      record_.slot(saved.slot) = record_.slot(saved.slot).clone();
+    if (!streaming_) {  // streamed values need no copy (NOTE [Streaming identity])
+      for (const SavedValue& saved : entry.saved) {
+        record_.slot(saved.slot) = record_.slot(saved.slot).clone();
+      }
+      record_.record().stats.copy_on_write_clones += static_cast<int64_t>(entry.saved.size());
     }
-    record_.record().stats.copy_on_write_clones += static_cast<int64_t>(entry.saved.size());
     entry.saved.clear();
   }
 }
@@ -85,9 +87,8 @@ void Recorder::AddOutputNodes(const c10::IValue& outputs) {
       source.index = constant;
       source.slot = record_.OutputSlot(constant);
     }
-    record_.AddOutputNode(
-        source, tensor,
-        source.slot >= 0 ? source.slot : (options_.save_activations ? Save(tensor) : -1));
+    record_.AddOutputNode(source, tensor,
+                          source.slot >= 0 ? source.slot : (saves_ ? Save(tensor) : -1));
   });
 }
 

@@ -69,8 +69,8 @@ int32_t Recorder::AddConstantNode(const at::Tensor& tensor, std::string address)
     address_index = static_cast<int32_t>(it - addresses.begin());
     if (it == addresses.end()) addresses.push_back(std::move(address));
   }
-  return record_.AddSourceNode(NodeRecord::Kind::kConstant, tensor,
-                               options_.save_activations ? Save(tensor) : -1, address_index);
+  return record_.AddSourceNode(NodeRecord::Kind::kConstant, tensor, saves_ ? Save(tensor) : -1,
+                               address_index);
 }
 
 // NOTE [Shallow copies]
@@ -102,8 +102,7 @@ Recorder::TensorEntry* Recorder::AddShallowCopy(const at::Tensor& tensor) {
 }
 
 int32_t Recorder::AddInputNode(const at::Tensor& tensor) {
-  return record_.AddSourceNode(NodeRecord::Kind::kInput, tensor,
-                               options_.save_activations ? Save(tensor) : -1);
+  return record_.AddSourceNode(NodeRecord::Kind::kInput, tensor, saves_ ? Save(tensor) : -1);
 }
 
 void Recorder::MarkInputs(const c10::IValue& inputs) {

@@ -1,5 +1,8 @@
 // Recorder: copy-on-write of saved values before in-place writes, and the alias writes of
 // the tensors those writes changed (NOTE [Writes through views] in recorder.h).
+#include <ATen/ops/empty.h>
+#include <ATen/ops/set.h>
+
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -33,6 +36,40 @@ void Recorder::IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> ba
   if (aliased != nullptr) index(view);  // a view of one of the bases
 }
 
+int32_t Recorder::SaveStreamed(const at::Tensor& tensor, const c10::TensorImpl* live) {
+  // NOTE [Streaming identity]
+  // A streaming capture keeps no value, yet its graph must be the one a capture in memory
+  // records, whose saved values keep every tensor (and storage) they came from alive: a
+  // temporary view that a later write changes still gets its alias write there. So each
+  // value gets a slot, empty, with the geometry the value had, indexed by storage as saved
+  // values are (NOTE [Writes through views]), and the capture pins, weakly, each
+  // TensorImpl and StorageImpl it indexes: their memory is not handed to a new tensor
+  // before the capture ends (their data is freed as usual), so an entry of a dead tensor
+  // stays valid, as it does in memory. A write over a streamed slot's bytes records the
+  // alias write with the value read through a tensor made over the written storage with
+  // the slot's geometry (StreamedAlias), which is what the saved value would show.
+  const int32_t slot = record_.AddSlot(at::Tensor());
+  if (static_cast<size_t>(slot) >= streamed_slots_.size()) streamed_slots_.resize(slot + 1);
+  streamed_slots_[slot] = StreamedSlot{ByteRange(tensor), GeometryOf(tensor), tensor.scalar_type()};
+  if (tensor.has_storage()) {
+    c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+    StorageEntry& entry = storages_[storage];
+    if (!entry.pinned.has_value()) {
+      entry.pinned.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
+    }
+    entry.saved.push_back(SavedValue{slot, live != nullptr ? live : tensor.unsafeGetTensorImpl()});
+  }
+  return slot;
+}
+
+at::Tensor Recorder::StreamedAlias(const c10::Storage& storage, int32_t slot) const {
+  const StreamedSlot& streamed = streamed_slots_[slot];
+  at::Tensor alias = at::empty({0}, at::TensorOptions().dtype(streamed.dtype));
+  alias.set_(storage, streamed.geometry.storage_offset, streamed.geometry.sizes,
+             streamed.geometry.strides);
+  return alias;
+}
+
 void Recorder::RecordAliasWrites(int32_t writer) {
   // See NOTE [Writes through views].
   for (OverwrittenValue& overwritten : overwritten_) {
@@ -57,7 +94,7 @@ void Recorder::RecordAliasWrites(int32_t writer) {
     }
     write.written = std::move(overwritten.written);
     const int32_t slot = write.slot;
-    const int32_t output = record_.AddAliasWrite(writer, std::move(write));
+    const int32_t output = record_.AddAliasWrite(writer, std::move(write), overwritten.alias);
     entry = Lookup(saved.tensor);  // Save may have grown the table
     entry->node = writer;
     entry->output_index = output;
@@ -91,14 +128,17 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
     size_t kept = 0;
     for (const SavedValue& saved : storage.saved) {
       at::Tensor& value = record_.slot(saved.slot);
-      if (!Overlap(ByteRange(value), range)) {
+      if (!Overlap(streaming_ ? streamed_slots_[saved.slot].bytes : ByteRange(value), range)) {
         storage.saved[kept++] = saved;
         continue;
       }
       if (!written.has_value()) written = GeometryOf(tensor);
       const TensorEntry* entry = Lookup(saved.tensor);
-      overwritten_.push_back(OverwrittenValue{saved, value, written_tensor, *written,
-                                              entry != nullptr ? entry->node : -1});
+      // A streamed value needs no copy: the sink has had it (NOTE [Streaming identity]).
+      overwritten_.push_back(
+          OverwrittenValue{saved, streaming_ ? StreamedAlias(tensor.storage(), saved.slot) : value,
+                           written_tensor, *written, entry != nullptr ? entry->node : -1});
+      if (streaming_) continue;
       value = CopyOfSaved(value);
       ++record_.record().stats.copy_on_write_clones;
     }

@@ -81,6 +81,41 @@ TEST(StreamingTest, AValueWrittenLaterIsStreamedAsItWas) {
   }
 }
 
+// NOTE [Streaming without saving]: the same values reach the sink, and the trace keeps
+// none of them (only the replay data).
+TEST(StreamingTest, WithoutSavingEveryValueStillArrives) {
+  for (const char* name : {"mlp", "bn2d_train", "counter_cell", "view_write", "inplace_after_read",
+                           "view_of_view_write", "slice_assign", "pad_through_view",
+                           "transposed_write", "dropout_train", "recurrent_loop"}) {
+    SCOPED_TRACE(name);
+    testdata::Expected expected(name);
+    torch::jit::Module saved_model = testdata::LoadModel(name);
+    at::manual_seed(7);
+    absl::StatusOr<Trace> saved = TraceModule(saved_model, expected.inputs());
+    ASSERT_TRUE(saved.ok()) << saved.status();
+
+    torch::jit::Module model = testdata::LoadModel(name);
+    Received received;
+    CaptureOptions options = Collecting(&received);
+    options.save_activations = false;
+    at::manual_seed(7);
+    absl::StatusOr<Trace> streamed = TraceModule(model, expected.inputs(), options);
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    ASSERT_EQ(streamed->ops().size(), saved->ops().size());
+    ExpectStreamedAsSaved(*saved, received);
+    EXPECT_FALSE(streamed->has_saved_values());
+    for (size_t i = 0; i < saved->ops().size(); ++i) {
+      const Op& op = streamed->ops()[i];
+      EXPECT_EQ(op.label, saved->ops()[i].label);
+      EXPECT_FALSE(op.out.defined()) << op.label;
+      // Replay data is kept: an argument a node produced is named by its source only.
+      EXPECT_EQ(op.arg_sources.size(), saved->ops()[i].arg_sources.size()) << op.label;
+      EXPECT_EQ(op.creation_args.size(), saved->ops()[i].creation_args.size()) << op.label;
+      EXPECT_EQ(op.rng_state.defined(), saved->ops()[i].rng_state.defined()) << op.label;
+    }
+  }
+}
+
 TEST(StreamingTest, SelectiveSavingStreamsTheSelectedOpsOnly) {
   torch::jit::Module model = testdata::LoadModel("demo");
   testdata::Expected expected("demo");

@@ -1,0 +1,92 @@
+// Writing a trace file while its trace is captured: each value as it comes, then the
+// trace's metadata, so that no value stays in memory (CaptureOptions::trace_file, NOTE
+// [Streaming without saving] in torchlens_dispatch/capture_options.h).
+//
+//   absl::StatusOr<std::unique_ptr<TraceFileWriter>> writer = TraceFileWriter::Create(path);
+//   (*writer)->AddValue(node, output, tensor);  // each value, as a value sink receives it
+//   absl::StatusOr<Trace> trace = (*writer)->Finish(captured);
+//
+// The file is the one SaveTrace would write for the trace with its values (graph/
+// trace_file.h), read back by LoadTrace and by Python's torch.load, with two differences
+// that change no value: each streamed value is a record of its own, holding its elements
+// in row-major order (a view does not share its base's record, and a value that is the
+// same tensor as another, a buffer version that an op returned, is written twice), and
+// records follow the order of the capture.
+//
+// NOTE [Partial trace files]
+// Records go to "<path>.partial"; Finish renames it to `path` once the file is whole, and a
+// writer destroyed before that removes it. A file at `path` is therefore always a whole
+// trace file (an earlier one is replaced only by a complete new one).
+#ifndef TORCHLENS_GRAPH_TRACE_FILE_WRITER_H_
+#define TORCHLENS_GRAPH_TRACE_FILE_WRITER_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "graph/trace.h"
+
+namespace caffe2::serialize {
+class PyTorchStreamWriter;
+}  // namespace caffe2::serialize
+
+namespace torchlens {
+
+class TraceFileWriter {
+ public:
+  // Creates "<path>.partial". Errors as WriteFileBytes (graph/file_io.h) gives them.
+  static absl::StatusOr<std::unique_ptr<TraceFileWriter>> Create(std::string path);
+  TraceFileWriter(const TraceFileWriter&) = delete;
+  TraceFileWriter& operator=(const TraceFileWriter&) = delete;
+  ~TraceFileWriter();  // removes the partial file unless Finish succeeded
+
+  // Writes output `output` of node `node` (its position in the trace's ops; -(k + 1) for
+  // its k-th alias write, as StreamedValue names it). kInvalidArgument for a tensor a
+  // trace file cannot hold (not strided, quantized); write errors as WriteFileBytes.
+  // After an error the writer writes nothing more and Finish returns the error.
+  absl::Status AddValue(int32_t node, int output, const at::Tensor& value);
+
+  // Completes the file for `trace`, captured with its values streamed here (its other
+  // tensors, parameters read by its ops, buffer values and generator states, are written
+  // now), renames it, and returns it read back with LoadTrace (values read on use).
+  absl::StatusOr<Trace> Finish(const Trace& trace);
+
+  // Bytes of values written so far.
+  int64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  // A value on disk: its record and what a tensor over it looks like.
+  struct Record {
+    std::string key;  // "data/<key>" in the archive
+    at::ScalarType dtype;
+    std::vector<int64_t> sizes;
+    at::Tensor placeholder;  // made by Finish, see NOTE [Record placeholders]
+  };
+  TraceFileWriter(std::string path, int fd);
+  // The tensor standing for the record of (node, output), or undefined.
+  at::Tensor Placeholder(int32_t node, int output);
+  // Writes `bytes` as record data/<key>; fills `*key`.
+  absl::Status WriteRecord(const void* bytes, size_t size, std::string* key);
+  // The trace with placeholders where its values are (Finish's first step).
+  absl::StatusOr<Trace> WithPlaceholders(const Trace& trace);
+
+  std::string path_;
+  std::string partial_path_;
+  int fd_ = -1;
+  absl::Status error_;
+  bool finished_ = false;
+  int64_t bytes_written_ = 0;
+  int64_t next_key_ = 0;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamWriter> zip_;
+  absl::flat_hash_map<std::pair<int32_t, int>, Record> records_;
+};
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_GRAPH_TRACE_FILE_WRITER_H_
