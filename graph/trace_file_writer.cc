@@ -4,6 +4,7 @@
 #include <ATen/ops/from_blob.h>
 #include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <unistd.h>
 
@@ -23,11 +24,13 @@ namespace {
 
 // NOTE [Record placeholders]
 // Finish pickles the trace with SaveTrace's own code (TraceFileValue), each value already
-// on disk stood for by a tensor of its dtype and sizes over no data: `from_blob` of a
-// one-byte array, never read. The pickler reads a tensor's metadata and its storage's
-// identity only, and takes the record's name from `get_tensor_id`; every other tensor it
-// meets is written as a record there and then.
-alignas(64) char kNoData[1];
+// on disk stood for by a tensor over its record: the values written so far are mapped
+// (page on use, copy-on-write, as LoadTrace maps a file: NOTE [Values read on use]) and
+// each value becomes a tensor over its record's bytes. The pickler reads a tensor's
+// metadata and its storage's identity only, and takes the record's name from
+// `get_tensor_id`; every other tensor it meets (parameters an op read, buffer values,
+// generator states) is written as a record there and then. The trace so pickled is the one
+// Finish returns: no reading back.
 
 absl::Status WriteError(int error, const std::string& path) {
   return absl::ErrnoToStatus(error, absl::StrCat("cannot write trace file '", path, "'"));
@@ -35,9 +38,23 @@ absl::Status WriteError(int error, const std::string& path) {
 
 }  // namespace
 
+class TraceFileWriter::Mapping {
+ public:
+  Mapping(void* data, size_t size) : data_(data), size_(size) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { ::munmap(data_, size_); }
+  char* data() const { return static_cast<char*>(data_); }
+
+ private:
+  void* data_;
+  size_t size_;
+};
+
 absl::StatusOr<std::unique_ptr<TraceFileWriter>> TraceFileWriter::Create(std::string path) {
   const std::string partial = absl::StrCat(path, ".partial");
-  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Read too: Finish maps what it wrote (NOTE [Record placeholders]).
+  const int fd = ::open(partial.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return WriteError(errno, partial);
   return std::unique_ptr<TraceFileWriter>(new TraceFileWriter(std::move(path), fd));
 }
@@ -49,20 +66,42 @@ TraceFileWriter::TraceFileWriter(std::string path, int fd)
   // after one the bytes are dropped.
   zip_ = std::make_unique<caffe2::serialize::PyTorchStreamWriter>(
       [this](const void* data, size_t size) -> size_t {
-        const char* bytes = static_cast<const char*>(data);
-        size_t left = size;
-        while (left > 0 && error_.ok()) {
-          const ssize_t written = ::write(fd_, bytes, left);
-          if (written < 0 && errno == EINTR) continue;
-          if (written <= 0) {
-            error_ = WriteError(written < 0 ? errno : ENOSPC, partial_path_);
-            break;
-          }
-          bytes += written;
-          left -= static_cast<size_t>(written);
-        }
+        Append(static_cast<const char*>(data), size);
         return size;
       });
+}
+
+void TraceFileWriter::Append(const char* bytes, size_t size) {
+  if (bytes == record_data_) record_offset_ = position_;  // NOTE [Record placeholders]
+  position_ += size;
+  // The zip writer hands over a record in several small pieces (header, name, padding,
+  // data): they are gathered into one write. A record's data above 64 KiB goes straight
+  // to the file, not copied first.
+  constexpr size_t kDirectBytes = size_t{64} << 10;
+  if (pending_.size() + size > kBufferBytes || size >= kDirectBytes) Flush();
+  if (size >= kDirectBytes) {
+    WriteAll(bytes, size);
+  } else {
+    pending_.insert(pending_.end(), bytes, bytes + size);
+  }
+}
+
+void TraceFileWriter::Flush() {
+  WriteAll(pending_.data(), pending_.size());
+  pending_.clear();
+}
+
+void TraceFileWriter::WriteAll(const char* bytes, size_t size) {
+  while (size > 0 && error_.ok()) {
+    const ssize_t written = ::write(fd_, bytes, size);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {
+      error_ = WriteError(written < 0 ? errno : ENOSPC, partial_path_);
+      return;
+    }
+    bytes += written;
+    size -= static_cast<size_t>(written);
+  }
 }
 
 TraceFileWriter::~TraceFileWriter() {
@@ -75,6 +114,8 @@ TraceFileWriter::~TraceFileWriter() {
 absl::Status TraceFileWriter::WriteRecord(const void* bytes, size_t size, std::string* key) {
   if (!error_.ok()) return error_;
   *key = absl::StrCat(next_key_++);
+  record_data_ = bytes;
+  record_offset_ = -1;
   try {
     zip_->writeRecord(absl::StrCat("data/", *key), bytes, size);
   } catch (const std::exception& e) {
@@ -101,9 +142,16 @@ absl::Status TraceFileWriter::AddValue(int32_t node, int output, const at::Tenso
     elements = value.detach().resolve_conj().resolve_neg().contiguous();
   }
   const size_t size = elements.nbytes();
-  Record record{std::string(), elements.scalar_type(), elements.sizes().vec(), at::Tensor()};
+  Record record{std::string(), elements.scalar_type(), elements.sizes().vec(), -1, at::Tensor()};
   if (absl::Status written = WriteRecord(elements.data_ptr(), size, &record.key); !written.ok()) {
     return written;
+  }
+  // The zip writer hands a stored record's bytes over as given (NOTE [Record placeholders]).
+  record.offset = size > 0 ? record_offset_ : 0;
+  if (record.offset < 0) {
+    error_ = absl::InternalError(absl::StrCat("cannot write trace file '", partial_path_,
+                                              "': the zip writer copied a record's bytes"));
+    return error_;
   }
   bytes_written_ += static_cast<int64_t>(size);
   records_.insert_or_assign({node, output}, std::move(record));
@@ -115,7 +163,9 @@ at::Tensor TraceFileWriter::Placeholder(int32_t node, int output) {
   if (it == records_.end()) return at::Tensor();
   Record& record = it->second;
   if (!record.placeholder.defined()) {  // NOTE [Record placeholders]
-    record.placeholder = at::from_blob(kNoData, record.sizes, at::TensorOptions(record.dtype));
+    record.placeholder = at::from_blob(
+        mapping_->data() + record.offset, record.sizes, [keep = mapping_](void*) {},
+        at::TensorOptions(record.dtype));
   }
   return record.placeholder;
 }
@@ -159,6 +209,13 @@ absl::StatusOr<Trace> TraceFileWriter::WithPlaceholders(const Trace& trace) {
 absl::StatusOr<Trace> TraceFileWriter::Finish(const Trace& trace) {
   if (finished_) return absl::FailedPreconditionError("TraceFileWriter::Finish was called twice");
   if (!error_.ok()) return error_;
+  Flush();
+  if (!error_.ok()) return error_;
+  if (position_ > 0) {  // the values written so far (NOTE [Record placeholders])
+    void* data = ::mmap(nullptr, position_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd_, 0);
+    if (data == MAP_FAILED) return WriteError(errno, partial_path_);
+    mapping_ = std::make_shared<Mapping>(data, position_);
+  }
   absl::StatusOr<Trace> with_placeholders = WithPlaceholders(trace);
   if (!with_placeholders.ok()) return with_placeholders.status();
   absl::StatusOr<c10::IValue> value = TraceFileValue(*with_placeholders);
@@ -195,6 +252,7 @@ absl::StatusOr<Trace> TraceFileWriter::Finish(const Trace& trace) {
   try {
     zip_->writeRecord("data.pkl", pickle.data(), pickle.size());
     zip_->writeEndOfFile();
+    Flush();
   } catch (const std::exception& e) {
     const std::string what = e.what();
     if (error_.ok()) error_ = absl::InternalError(what.substr(0, what.find('\n')));
@@ -207,7 +265,7 @@ absl::StatusOr<Trace> TraceFileWriter::Finish(const Trace& trace) {
   fd_ = -1;
   if (::rename(partial_path_.c_str(), path_.c_str()) != 0) return WriteError(errno, path_);
   finished_ = true;
-  return LoadTrace(path_);
+  return with_placeholders;
 }
 
 }  // namespace torchlens

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -54,23 +55,31 @@ class TraceFileWriter {
 
   // Completes the file for `trace`, captured with its values streamed here (its other
   // tensors, parameters read by its ops, buffer values and generator states, are written
-  // now), renames it, and returns it read back with LoadTrace (values read on use).
+  // now), renames it, and returns it with its values over the file, read on use as
+  // LoadTrace reads them (NOTE [Values read on use]); parameters its ops read stay the
+  // model's, as in a capture in memory.
   absl::StatusOr<Trace> Finish(const Trace& trace);
 
   // Bytes of values written so far.
   int64_t bytes_written() const { return bytes_written_; }
 
  private:
+  class Mapping;  // of the file (NOTE [Record placeholders])
   // A value on disk: its record and what a tensor over it looks like.
   struct Record {
     std::string key;  // "data/<key>" in the archive
     at::ScalarType dtype;
     std::vector<int64_t> sizes;
+    int64_t offset;          // of its bytes in the file
     at::Tensor placeholder;  // made by Finish, see NOTE [Record placeholders]
   };
   TraceFileWriter(std::string path, int fd);
   // The tensor standing for the record of (node, output), or undefined.
   at::Tensor Placeholder(int32_t node, int output);
+  // The zip writer's output: buffered, written to `fd_`; errors go to `error_`.
+  void Append(const char* bytes, size_t size);
+  void Flush();
+  void WriteAll(const char* bytes, size_t size);
   // Writes `bytes` as record data/<key>; fills `*key`.
   absl::Status WriteRecord(const void* bytes, size_t size, std::string* key);
   // The trace with placeholders where its values are (Finish's first step).
@@ -83,6 +92,12 @@ class TraceFileWriter {
   bool finished_ = false;
   int64_t bytes_written_ = 0;
   int64_t next_key_ = 0;
+  static constexpr size_t kBufferBytes = size_t{1} << 20;
+  int64_t position_ = 0;               // bytes handed to Append
+  const void* record_data_ = nullptr;  // the bytes of the record being written
+  int64_t record_offset_ = -1;         // where they went
+  std::shared_ptr<Mapping> mapping_;   // the values written, mapped by Finish
+  std::vector<char> pending_;          // bytes not yet written
   std::unique_ptr<caffe2::serialize::PyTorchStreamWriter> zip_;
   absl::flat_hash_map<std::pair<int32_t, int>, Record> records_;
 };

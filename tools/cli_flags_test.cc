@@ -86,7 +86,8 @@ TEST(ParseCommandLine, TraceFileTakesNoCaptureFlags) {
                                              {"--input_shape=1,3"},
                                              {"--no_save"},
                                              {"--halt_after=fc"},
-                                             {"--max_saved_bytes=10"}}) {
+                                             {"--max_saved_bytes=10"},
+                                             {"--stream_to=s.pt"}}) {
     std::vector<std::string> args = {"--trace=a.pt"};
     args.insert(args.end(), capture.begin(), capture.end());
     absl::StatusOr<CliOptions> refused = ParseCommandLine(args);
@@ -95,6 +96,31 @@ TEST(ParseCommandLine, TraceFileTakesNoCaptureFlags) {
     EXPECT_THAT(std::string(refused.status().message()),
                 HasSubstr(absl::StrCat("--trace reads a saved trace, but ", flag, " describes")))
         << capture[0];
+  }
+}
+
+// --stream_to (CaptureOptions::trace_file) keeps every value: flags that save fewer, or
+// none, or save a second file are refused.
+TEST(ParseCommandLine, StreamToKeepsEveryValue) {
+  absl::StatusOr<CliOptions> options =
+      ParseCommandLine({"--stream_to", "s.pt", "--mode=train", "--halt_after=fc", "--validate"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->stream_file, "s.pt");
+  for (const std::vector<std::string>& saving :
+       std::vector<std::vector<std::string>>{{"--save=t.pt"},
+                                             {"--no_save"},
+                                             {"--save_modules=fc"},
+                                             {"--save_types=relu"},
+                                             {"--save_labels=relu_1_2:1"},
+                                             {"--max_saved_bytes=10"}}) {
+    std::vector<std::string> args = {"--stream_to=s.pt"};
+    args.insert(args.end(), saving.begin(), saving.end());
+    absl::StatusOr<CliOptions> refused = ParseCommandLine(args);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << saving[0];
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr(absl::StrCat("cannot be combined with ",
+                                       saving[0].substr(0, saving[0].find('=')))))
+        << saving[0];
   }
 }
 

@@ -103,6 +103,9 @@ TEST(TraceFileCaptureTest, TheFileHoldsWhatACaptureInMemoryHolds) {
     EXPECT_TRUE(Exists(options.trace_file));
     EXPECT_FALSE(Exists(options.trace_file + ".partial"));
     ExpectSameValues(*memory, *disk);
+    absl::StatusOr<Trace> loaded = LoadTrace(options.trace_file);  // the file itself
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ExpectSameValues(*memory, *loaded);
     // The model's first output as eager PyTorch computed it, read from the file (dropout
     // draws other numbers here than in the generator).
     const absl::StatusOr<const Op*> output = disk->Find("output_1");
