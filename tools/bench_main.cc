@@ -42,6 +42,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "tools/flag_parser.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
@@ -113,6 +114,28 @@ int64_t PeakDuring(const std::function<void()>& run) {
     run();
   }
   return probe->peak();
+}
+
+// Peak resident set of the process while `run` runs, in bytes: the kernel's high-water
+// mark, reset first (writing 5 to /proc/self/clear_refs), so that it counts the page cache
+// pages a run maps and touches as well as its heap. -1 when the kernel does not allow it.
+int64_t PeakResidentDuring(const std::function<void()>& run) {
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5";
+    if (!clear.good()) return -1;
+  }
+  run();
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    int64_t kb = 0;
+    if (line.rfind("VmHWM:", 0) == 0 &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(6), "kB")),
+                         &kb)) {
+      return kb * 1024;
+    }
+  }
+  return -1;
 }
 
 // Bytes of the distinct storages a trace holds that capture allocated (activations,
@@ -367,6 +390,11 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   const int64_t disk_peak = spec.rows == Rows::kCaptures
                                 ? 0
                                 : PeakDuring([&] { (void)TraceModule(model, inputs, to_disk); });
+  // And the resident set, page cache pages mapped included.
+  const int64_t plain_resident = PeakResidentDuring([&] { model.forward(inputs); });
+  const int64_t disk_resident = spec.rows == Rows::kCaptures ? 0 : PeakResidentDuring([&] {
+    (void)TraceModule(model, inputs, to_disk);
+  });
   std::filesystem::remove(disk_file, size_error);
   std::filesystem::remove(disk_file + ".loop", size_error);
 
@@ -402,6 +430,7 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
       const double loop_seconds = median_of("write_loop") / 1e6;
       row["saved_bytes"] = file_bytes;
       row["peak_above_plain_bytes"] = disk_peak - plain_peak;
+      row["peak_resident_above_plain_bytes"] = disk_resident - plain_resident;
       row["peak_above_plain_over_saved"] =
           file_bytes > 0 ? static_cast<double>(disk_peak - plain_peak) / file_bytes : 0.0;
       row["write_MBps"] = write_seconds > 0 ? file_bytes / write_seconds / 1e6 : 0.0;
@@ -507,10 +536,12 @@ void PrintTable(const nlohmann::json& rows) {
     if (!row.contains("write_MBps")) continue;
     std::cout << absl::StrFormat(
         "%-15s capture_to_disk wrote %.1f MB at %.0f MB/s (the capture's time beyond "
-        "capture_unsaved); write loop %.0f MB/s; ratio %.2f\n",
+        "capture_unsaved); write loop %.0f MB/s; ratio %.2f; peak resident set above plain "
+        "%.1f MB\n",
         row["model"].get<std::string>(), row["saved_bytes"].get<double>() / 1e6,
         row["write_MBps"].get<double>(), row["write_loop_MBps"].get<double>(),
-        row["bandwidth_vs_write_loop"].get<double>());
+        row["bandwidth_vs_write_loop"].get<double>(),
+        row["peak_resident_above_plain_bytes"].get<double>() / 1e6);
   }
 }
 
