@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -69,6 +70,82 @@ TraceFileWriter::TraceFileWriter(std::string path, int fd)
         Append(static_cast<const char*>(data), size);
         return size;
       });
+  writer_ = std::thread([this] { WriteQueued(); });
+}
+
+void TraceFileWriter::Fail(absl::Status status) {
+  write_failed_ = true;
+  SetError(std::move(status));
+}
+
+void TraceFileWriter::SetError(absl::Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.ok()) error_ = std::move(status);
+  changed_.notify_all();  // AddValue may be waiting for room
+}
+
+absl::Status TraceFileWriter::Error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void TraceFileWriter::WriteQueued() {
+  // NOTE [Writing off the capturing thread]
+  // Computing a record's CRC-32 and writing it take about as long as the forward that
+  // made it (README "Performance", "Capture to disk"). AddValue therefore only copies the
+  // value (the model may write the tensor in place as soon as it returns) and queues the
+  // copy; this thread writes the queue in order. The copies queued or being written hold
+  // at most kQueueBytes (or one value, when a value is larger), so the capture's memory
+  // stays bounded: AddValue waits for room. A written copy is freed by the thread that made
+  // it, at its next AddValue, before a new copy is made: LibTorch's allocator reports
+  // memory per thread, and a copy freed here would count forever on the capturing thread.
+  // Finish stops this thread, after the queue is written, before it touches the file.
+  while (true) {
+    Queued item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return !queue_.empty() || !parameters_.empty() || closing_; });
+      if (abandoned_ || (queue_.empty() && parameters_.empty())) return;
+      // Values first: the capturing thread may be waiting for room.
+      std::deque<Queued>& from = queue_.empty() ? parameters_ : queue_;
+      item = std::move(from.front());
+      from.pop_front();
+    }
+    if (item.parameter) {
+      const c10::Storage& storage = item.elements.storage();
+      std::string key;
+      const bool written = WriteRecord(storage.data(), storage.nbytes(), &key).ok();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (written) parameter_keys_.emplace(storage.unsafeGetStorageImpl(), std::move(key));
+      continue;
+    }
+    Record record{std::string(), item.elements.scalar_type(), item.elements.sizes().vec(), -1,
+                  at::Tensor()};
+    const size_t size = item.elements.nbytes();
+    const bool written = WriteRecord(item.elements.data_ptr(), size, &record.key).ok();
+    // The zip writer hands a stored record's bytes over as given (NOTE [Record
+    // placeholders]).
+    record.offset = size > 0 ? record_offset_ : 0;
+    if (written && record.offset < 0) {
+      Fail(absl::InternalError(absl::StrCat("cannot write trace file '", partial_path_,
+                                            "': the zip writer copied a record's bytes")));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_bytes_ -= item.bytes;
+    written_.push_back(std::move(item.elements));
+    if (written && record.offset >= 0) records_.insert_or_assign(item.id, std::move(record));
+    changed_.notify_all();
+  }
+}
+
+void TraceFileWriter::StopWriting(bool abandon) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    abandoned_ = abandon;
+    changed_.notify_all();
+  }
+  if (writer_.joinable()) writer_.join();
 }
 
 void TraceFileWriter::Append(const char* bytes, size_t size) {
@@ -92,11 +169,11 @@ void TraceFileWriter::Flush() {
 }
 
 void TraceFileWriter::WriteAll(const char* bytes, size_t size) {
-  while (size > 0 && error_.ok()) {
+  while (size > 0 && !write_failed_) {
     const ssize_t written = ::write(fd_, bytes, size);
     if (written < 0 && errno == EINTR) continue;
     if (written <= 0) {
-      error_ = WriteError(written < 0 ? errno : ENOSPC, partial_path_);
+      Fail(WriteError(written < 0 ? errno : ENOSPC, partial_path_));
       return;
     }
     bytes += written;
@@ -105,14 +182,16 @@ void TraceFileWriter::WriteAll(const char* bytes, size_t size) {
 }
 
 TraceFileWriter::~TraceFileWriter() {
-  if (!finished_ && error_.ok()) error_ = absl::CancelledError("the writer was destroyed");
+  StopWriting(/*abandon=*/true);
+  written_.clear();
+  if (!finished_) Fail(absl::CancelledError("the writer was destroyed"));
   zip_.reset();  // writes the end of an abandoned file into nothing
   if (fd_ >= 0) ::close(fd_);
   if (!finished_) ::unlink(partial_path_.c_str());  // NOTE [Partial trace files]
 }
 
 absl::Status TraceFileWriter::WriteRecord(const void* bytes, size_t size, std::string* key) {
-  if (!error_.ok()) return error_;
+  if (write_failed_) return Error();
   *key = absl::StrCat(next_key_++);
   record_data_ = bytes;
   record_offset_ = -1;
@@ -120,41 +199,56 @@ absl::Status TraceFileWriter::WriteRecord(const void* bytes, size_t size, std::s
     zip_->writeRecord(absl::StrCat("data/", *key), bytes, size);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    error_ = absl::InternalError(absl::StrCat("cannot write trace file '", partial_path_,
-                                              "': ", what.substr(0, what.find('\n'))));
+    Fail(absl::InternalError(absl::StrCat("cannot write trace file '", partial_path_,
+                                          "': ", what.substr(0, what.find('\n')))));
   }
-  return error_;
+  return write_failed_ ? Error() : absl::OkStatus();
+}
+
+void TraceFileWriter::AddParameter(const at::Tensor& parameter) {
+  if (!parameter.defined() || parameter.layout() != at::kStrided || parameter.is_quantized() ||
+      !parameter.device().is_cpu() || !parameter.has_storage()) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  parameters_.push_back(Queued{{-1, 0}, parameter, 0, /*parameter=*/true});
+  changed_.notify_all();
 }
 
 absl::Status TraceFileWriter::AddValue(int32_t node, int output, const at::Tensor& value) {
-  if (!error_.ok()) return error_;
   if (value.layout() != at::kStrided || value.is_quantized() || !value.device().is_cpu()) {
-    error_ = absl::InvalidArgumentError(absl::StrCat(
+    SetError(absl::InvalidArgumentError(absl::StrCat(
         "cannot write a ", value.is_quantized() ? "quantized" : c10::str(value.layout()),
         " tensor of node ", node, " to trace file '", path_,
         "': trace files written during capture hold strided CPU tensors; capture in memory "
-        "and use SaveTrace instead"));
-    return error_;
+        "and use SaveTrace instead")));
+    return Error();
   }
-  at::Tensor elements;
+  // NOTE [Writing off the capturing thread]: room first, then the copy.
+  std::vector<at::Tensor> written;
+  const int64_t bytes = static_cast<int64_t>(value.numel()) * value.element_size();
   {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] {
+      return queued_bytes_ == 0 || !error_.ok() || queued_bytes_ + bytes <= kQueueBytes;
+    });
+    if (!error_.ok()) return error_;
+    queued_bytes_ += bytes;
+    written.swap(written_);
+  }
+  written.clear();  // freed by the thread that copied them
+  Queued item{{node, output}, at::Tensor(), bytes};
+  try {
     at::NoGradGuard no_grad;
-    elements = value.detach().resolve_conj().resolve_neg().contiguous();
+    item.elements = value.detach().resolve_conj().resolve_neg().clone(at::MemoryFormat::Contiguous);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_bytes_ -= bytes;
+    throw;
   }
-  const size_t size = elements.nbytes();
-  Record record{std::string(), elements.scalar_type(), elements.sizes().vec(), -1, at::Tensor()};
-  if (absl::Status written = WriteRecord(elements.data_ptr(), size, &record.key); !written.ok()) {
-    return written;
-  }
-  // The zip writer hands a stored record's bytes over as given (NOTE [Record placeholders]).
-  record.offset = size > 0 ? record_offset_ : 0;
-  if (record.offset < 0) {
-    error_ = absl::InternalError(absl::StrCat("cannot write trace file '", partial_path_,
-                                              "': the zip writer copied a record's bytes"));
-    return error_;
-  }
-  bytes_written_ += static_cast<int64_t>(size);
-  records_.insert_or_assign({node, output}, std::move(record));
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.push_back(std::move(item));
+  changed_.notify_all();
   return absl::OkStatus();
 }
 
@@ -208,9 +302,11 @@ absl::StatusOr<Trace> TraceFileWriter::WithPlaceholders(const Trace& trace) {
 
 absl::StatusOr<Trace> TraceFileWriter::Finish(const Trace& trace) {
   if (finished_) return absl::FailedPreconditionError("TraceFileWriter::Finish was called twice");
-  if (!error_.ok()) return error_;
+  StopWriting(/*abandon=*/false);  // the queue written; this thread writes from here
+  written_.clear();
+  if (absl::Status error = Error(); !error.ok()) return error;
   Flush();
-  if (!error_.ok()) return error_;
+  if (write_failed_) return Error();
   if (position_ > 0) {  // the values written so far (NOTE [Record placeholders])
     void* data = ::mmap(nullptr, position_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd_, 0);
     if (data == MAP_FAILED) return WriteError(errno, partial_path_);
@@ -235,6 +331,9 @@ absl::StatusOr<Trace> TraceFileWriter::Finish(const Trace& trace) {
         [&](const at::Tensor& tensor) -> std::string {
           const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
           if (auto it = keys.find(storage); it != keys.end()) return *it->second;
+          if (auto it = parameter_keys_.find(storage); it != parameter_keys_.end()) {
+            return it->second;  // written during the capture (AddParameter)
+          }
           // Any other tensor: its whole storage, as SaveTrace writes it.
           std::string key;
           (void)WriteRecord(tensor.storage().data(), tensor.storage().nbytes(), &key);
@@ -248,16 +347,16 @@ absl::StatusOr<Trace> TraceFileWriter::Finish(const Trace& trace) {
     return absl::InternalError(
         absl::StrCat("cannot serialize the trace: ", what.substr(0, what.find('\n'))));
   }
-  if (!error_.ok()) return error_;
+  if (write_failed_) return Error();
   try {
     zip_->writeRecord("data.pkl", pickle.data(), pickle.size());
     zip_->writeEndOfFile();
     Flush();
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    if (error_.ok()) error_ = absl::InternalError(what.substr(0, what.find('\n')));
+    Fail(absl::InternalError(what.substr(0, what.find('\n'))));
   }
-  if (!error_.ok()) return error_;
+  if (write_failed_) return Error();
   if (::close(fd_) != 0) {
     fd_ = -1;
     return WriteError(errno, partial_path_);

@@ -22,9 +22,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -41,6 +45,10 @@ namespace torchlens {
 
 class TraceFileWriter {
  public:
+  // The copies of values waiting to be written, or being written, hold at most this many
+  // bytes, or one value when a value is larger (NOTE [Writing off the capturing thread]).
+  static constexpr int64_t kQueueBytes = int64_t{8} << 20;
+
   // Creates "<path>.partial". Errors as WriteFileBytes (graph/file_io.h) gives them.
   static absl::StatusOr<std::unique_ptr<TraceFileWriter>> Create(std::string path);
   TraceFileWriter(const TraceFileWriter&) = delete;
@@ -53,15 +61,17 @@ class TraceFileWriter {
   // After an error the writer writes nothing more and Finish returns the error.
   absl::Status AddValue(int32_t node, int output, const at::Tensor& value);
 
+  // Writes `parameter`'s storage, from the writer thread and without a copy, so that
+  // Finish need not (the ops' arguments name parameters). The parameter must not change
+  // before Finish. Tensors a trace file cannot hold are left for Finish.
+  void AddParameter(const at::Tensor& parameter);
+
   // Completes the file for `trace`, captured with its values streamed here (its other
   // tensors, parameters read by its ops, buffer values and generator states, are written
   // now), renames it, and returns it with its values over the file, read on use as
   // LoadTrace reads them (NOTE [Values read on use]); parameters its ops read stay the
   // model's, as in a capture in memory.
   absl::StatusOr<Trace> Finish(const Trace& trace);
-
-  // Bytes of values written so far.
-  int64_t bytes_written() const { return bytes_written_; }
 
  private:
   class Mapping;  // of the file (NOTE [Record placeholders])
@@ -76,6 +86,23 @@ class TraceFileWriter {
   TraceFileWriter(std::string path, int fd);
   // The tensor standing for the record of (node, output), or undefined.
   at::Tensor Placeholder(int32_t node, int output);
+  // A value's copy waiting for the writer thread (NOTE [Writing off the capturing
+  // thread]).
+  struct Queued {
+    std::pair<int32_t, int> id;
+    at::Tensor elements;
+    int64_t bytes;           // of the copy (0 for a parameter, not copied)
+    bool parameter = false;  // `elements` is a parameter: its whole storage, keyed by storage
+  };
+  // The writer thread's loop.
+  void WriteQueued();
+  // Ends the writer thread once the queue is written (or at once, dropping it).
+  void StopWriting(bool abandon);
+  // Records the first error (Finish returns it; AddValue refuses from then on).
+  void SetError(absl::Status status);
+  // The same from the thread that writes: its writes stop.
+  void Fail(absl::Status status);
+  absl::Status Error() const;
   // The zip writer's output: buffered, written to `fd_`; errors go to `error_`.
   void Append(const char* bytes, size_t size);
   void Flush();
@@ -88,9 +115,24 @@ class TraceFileWriter {
   std::string path_;
   std::string partial_path_;
   int fd_ = -1;
-  absl::Status error_;
   bool finished_ = false;
-  int64_t bytes_written_ = 0;
+
+  // Shared by the capturing thread and the writer thread.
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // the queue, its bytes, `error_` or closing changed
+  absl::Status error_;               // guarded by mu_
+  std::deque<Queued> queue_;         // guarded by mu_: values
+  std::deque<Queued> parameters_;    // guarded by mu_: written when no value waits
+  int64_t queued_bytes_ = 0;         // guarded by mu_: queued or being written
+  std::vector<at::Tensor> written_;  // guarded by mu_: copies written, to free
+  bool closing_ = false;             // guarded by mu_
+  bool abandoned_ = false;           // guarded by mu_
+  // Guarded by mu_ while the writer thread runs; Finish's after.
+  absl::flat_hash_map<std::pair<int32_t, int>, Record> records_;
+  absl::flat_hash_map<const c10::StorageImpl*, std::string> parameter_keys_;
+
+  // The writer thread's while it runs; Finish's and the destructor's after.
+  bool write_failed_ = false;
   int64_t next_key_ = 0;
   static constexpr size_t kBufferBytes = size_t{1} << 20;
   int64_t position_ = 0;               // bytes handed to Append
@@ -99,7 +141,7 @@ class TraceFileWriter {
   std::shared_ptr<Mapping> mapping_;   // the values written, mapped by Finish
   std::vector<char> pending_;          // bytes not yet written
   std::unique_ptr<caffe2::serialize::PyTorchStreamWriter> zip_;
-  absl::flat_hash_map<std::pair<int32_t, int>, Record> records_;
+  std::thread writer_;  // last: started by the constructor, once the rest exists
 };
 
 }  // namespace torchlens

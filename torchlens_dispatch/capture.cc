@@ -91,6 +91,9 @@ CaptureGuard::CaptureGuard(torch::jit::Module& model, CaptureOptions options) {
     std::unique_ptr<TraceFileWriter> file;
     if (!options.trace_file.empty()) refusal_ = StreamToFile(&options, &file);
     if (!refusal_.ok()) return;
+    if (file != nullptr) {
+      for (const at::Tensor& parameter : model.parameters()) file->AddParameter(parameter);
+    }
     CaptureFallbackRegistered();
     state_ = std::make_unique<State>(std::move(layout), model.is_training(), std::move(options),
                                      std::move(file));
@@ -102,6 +105,9 @@ CaptureGuard::CaptureGuard(torch::nn::Module& model, CaptureOptions options) {
     std::unique_ptr<TraceFileWriter> file;
     if (!options.trace_file.empty()) refusal_ = StreamToFile(&options, &file);
     if (!refusal_.ok()) return;
+    if (file != nullptr) {
+      for (const at::Tensor& parameter : model.parameters()) file->AddParameter(parameter);
+    }
     CaptureFallbackRegistered();
     state_ = std::make_unique<State>(LayoutOf(model), model.is_training(), std::move(options),
                                      std::move(file));

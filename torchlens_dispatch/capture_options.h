@@ -109,8 +109,11 @@ struct CaptureOptions {
   std::function<void(const StreamedValue&)> value_sink;
 
   // Write the trace to this file as it is captured (a trace file, graph/trace_file.h):
-  // each value goes to disk once recorded and is dropped from memory (NOTE [Streaming
-  // without saving]; save_activations must be true, the default, and no value_sink set).
+  // each value is copied once recorded and written by a writer thread, at most 8 MiB of
+  // copies waiting (NOTE [Writing off the capturing thread] in graph/trace_file_writer.cc),
+  // and the capture keeps none (NOTE [Streaming without saving]; save_activations must be
+  // true, the default, and no value_sink set). The model's parameters are written by the
+  // same thread during the forward, read in place: the forward must not write them.
   // Finish completes the file (written as "<file>.partial", renamed when complete) and
   // returns the trace read back from it with LoadTrace: values are read from disk when
   // used. Capture errors remove the partial file.
