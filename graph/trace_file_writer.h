@@ -96,6 +96,8 @@ class TraceFileWriter {
   };
   // The writer thread's loop.
   void WriteQueued();
+  // Writes the record of value `id` (either thread, under zip_mu_) and notes where.
+  void WriteValue(std::pair<int32_t, int> id, const at::Tensor& elements);
   // Ends the writer thread once the queue is written (or at once, dropping it).
   void StopWriting(bool abandon);
   // Records the first error (Finish returns it; AddValue refuses from then on).
@@ -131,7 +133,9 @@ class TraceFileWriter {
   absl::flat_hash_map<std::pair<int32_t, int>, Record> records_;
   absl::flat_hash_map<const c10::StorageImpl*, std::string> parameter_keys_;
 
-  // The writer thread's while it runs; Finish's and the destructor's after.
+  // Guarded by zip_mu_ while the writer thread runs (AddValue writes a value larger than
+  // the queue itself); Finish's and the destructor's after.
+  std::mutex zip_mu_;
   bool write_failed_ = false;
   int64_t next_key_ = 0;
   static constexpr size_t kBufferBytes = size_t{1} << 20;
