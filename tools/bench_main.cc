@@ -15,8 +15,6 @@
 // skews small-model timings 2-4x from run to run; the bench pins both (mallopt) first.
 // Every timed run also pays for its own frees: see NOTE [Each run pays for its own frees].
 #include <ATen/Parallel.h>
-#include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <torch/script.h>
@@ -43,6 +41,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "tools/allocator_peak.h"
 #include "tools/flag_parser.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
@@ -89,31 +88,6 @@ const std::vector<BenchModel>& Models() {
       {"resnet152_b32", "resnet152.pt", false, {32, 3, 224, 224}, Rows::kDisk},
   };
   return models;
-}
-
-// Peak bytes allocated by the CPU allocator on this thread while alive (c10 reports every
-// allocation and free to the thread's memory-profiling hook).
-class PeakMemory : public c10::MemoryReportingInfoBase {
- public:
-  void reportMemoryUsage(void*, int64_t alloc_size, int64_t, int64_t, c10::Device) override {
-    current_ += alloc_size;
-    peak_ = std::max(peak_, current_);
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-  int64_t peak() const { return peak_; }
-
- private:
-  int64_t current_ = 0;
-  int64_t peak_ = 0;
-};
-
-int64_t PeakDuring(const std::function<void()>& run) {
-  auto probe = std::make_shared<PeakMemory>();
-  {
-    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, probe);
-    run();
-  }
-  return probe->peak();
 }
 
 // Peak resident set of the process while `run` runs, in bytes: the kernel's high-water
@@ -393,16 +367,17 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   }
 
   // Memory, in separate runs.
-  const int64_t plain_peak = PeakDuring([&] { model.forward(inputs); });
+  const int64_t plain_peak = PeakAllocatedDuring([&] { model.forward(inputs); });
   int64_t saved_bytes = 0;
-  const int64_t capture_peak = disk_only ? 0 : PeakDuring([&] {
+  const int64_t capture_peak = disk_only ? 0 : PeakAllocatedDuring([&] {
     absl::StatusOr<Trace> trace = TraceModule(model, inputs);
     if (trace.ok()) saved_bytes = SavedBytes(*trace);
   });
-  const int64_t unsaved_peak = PeakDuring([&] { (void)TraceModule(model, inputs, unsaved); });
-  const int64_t disk_peak = spec.rows == Rows::kCaptures
-                                ? 0
-                                : PeakDuring([&] { (void)TraceModule(model, inputs, to_disk); });
+  const int64_t unsaved_peak =
+      PeakAllocatedDuring([&] { (void)TraceModule(model, inputs, unsaved); });
+  const int64_t disk_peak = spec.rows == Rows::kCaptures ? 0 : PeakAllocatedDuring([&] {
+    (void)TraceModule(model, inputs, to_disk);
+  });
   // And the resident set, page cache pages mapped included.
   const int64_t plain_resident = PeakResidentDuring([&] { model.forward(inputs); });
   const int64_t disk_resident = spec.rows == Rows::kCaptures ? 0 : PeakResidentDuring([&] {

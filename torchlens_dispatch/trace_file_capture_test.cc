@@ -1,8 +1,6 @@
 // CaptureOptions::trace_file: values written to a trace file as they are captured
 // (graph/trace_file_writer.h). The file holds, bit for bit, what a capture in memory holds,
 // validates, and is never left half written.
-#include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -19,6 +17,7 @@
 #include "graph/trace_file.h"
 #include "graph/trace_file_writer.h"
 #include "testdata/testdata.h"
+#include "tools/allocator_peak.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/validate.h"
@@ -174,30 +173,6 @@ TEST(TraceFileCaptureTest, AFailedCaptureLeavesTheEarlierFile) {
   EXPECT_TRUE(at::allclose(kept->ops().back().out, mlp.output(0), 1e-5, 1e-6));
 }
 
-// Peak bytes the CPU allocator holds for this thread while `run` runs (c10 reports every
-// allocation and free to the thread's memory-profiling hook).
-int64_t PeakAllocated(const std::function<void()>& run) {
-  class Peak : public c10::MemoryReportingInfoBase {
-   public:
-    void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device) override {
-      current_ += bytes;
-      peak_ = std::max(peak_, current_);
-    }
-    bool memoryProfilingEnabled() const override { return true; }
-    int64_t peak() const { return peak_; }
-
-   private:
-    int64_t current_ = 0;
-    int64_t peak_ = 0;
-  };
-  auto probe = std::make_shared<Peak>();
-  {
-    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, probe);
-    run();
-  }
-  return probe->peak();
-}
-
 // NOTE [Streaming without saving]: a capture to disk holds no value. Allocator
 // accounting, not timing: a capture in memory ends holding its activations above the plain
 // forward's peak, one to disk at most the copies its writer thread has queued (NOTE
@@ -211,15 +186,15 @@ TEST(TraceFileCaptureTest, ValuesDoNotStayInMemory) {
   }
   const torch::Tensor x = torch::randn({1024, 512});  // 2 MiB per activation
   torch::NoGradGuard no_grad;
-  const int64_t plain = PeakAllocated([&] { net->forward(x); });
-  const int64_t in_memory = PeakAllocated([&] {
+  const int64_t plain = PeakAllocatedDuring([&] { net->forward(x); });
+  const int64_t in_memory = PeakAllocatedDuring([&] {
     CaptureGuard guard(*net);
     absl::StatusOr<Trace> trace = guard.Finish(net->forward(x));
     ASSERT_TRUE(trace.ok()) << trace.status();
   });
   CaptureOptions options;
   options.trace_file = Temp("bounded.trace.pt");
-  const int64_t to_disk = PeakAllocated([&] {
+  const int64_t to_disk = PeakAllocatedDuring([&] {
     CaptureGuard guard(*net, options);
     absl::StatusOr<Trace> trace = guard.Finish(net->forward(x));
     ASSERT_TRUE(trace.ok()) << trace.status();
