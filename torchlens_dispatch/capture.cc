@@ -27,9 +27,13 @@ namespace torchlens {
 
 namespace {
 
-// CaptureOptions::trace_file: a writer for the file, fed by a value sink, with the capture
-// keeping no value (NOTE [Streaming without saving]).
-absl::Status StreamToFile(CaptureOptions* options, std::unique_ptr<TraceFileWriter>* writer) {
+// CaptureOptions::trace_file, when set: a writer for the file, fed by a value sink, with
+// the capture keeping no value (NOTE [Streaming without saving]); the model's parameters
+// are queued for its writer thread. `Model` is torch::jit::Module or torch::nn::Module.
+template <typename Model>
+absl::Status StreamToFile(const Model& model, CaptureOptions* options,
+                          std::unique_ptr<TraceFileWriter>* writer) {
+  if (options->trace_file.empty()) return absl::OkStatus();
   if (!options->save_activations || options->value_sink || !options->save_modules.empty() ||
       !options->save_types.empty() || !options->save_labels.empty() || options->save_if ||
       options->max_saved_bytes >= 0) {
@@ -49,6 +53,7 @@ absl::Status StreamToFile(CaptureOptions* options, std::unique_ptr<TraceFileWrit
     const absl::Status added = file->AddValue(value.node, value.output, value.value);
     if (!added.ok()) throw std::runtime_error(std::string(added.message()));
   };
+  for (const at::Tensor& parameter : model.parameters()) file->AddParameter(parameter);
   return absl::OkStatus();
 }
 
@@ -89,11 +94,8 @@ CaptureGuard::CaptureGuard(torch::jit::Module& model, CaptureOptions options) {
       return;
     }
     std::unique_ptr<TraceFileWriter> file;
-    if (!options.trace_file.empty()) refusal_ = StreamToFile(&options, &file);
+    refusal_ = StreamToFile(model, &options, &file);
     if (!refusal_.ok()) return;
-    if (file != nullptr) {
-      for (const at::Tensor& parameter : model.parameters()) file->AddParameter(parameter);
-    }
     CaptureFallbackRegistered();
     state_ = std::make_unique<State>(std::move(layout), model.is_training(), std::move(options),
                                      std::move(file));
@@ -103,11 +105,8 @@ CaptureGuard::CaptureGuard(torch::jit::Module& model, CaptureOptions options) {
 CaptureGuard::CaptureGuard(torch::nn::Module& model, CaptureOptions options) {
   if (Recorder::Current() == nullptr) {
     std::unique_ptr<TraceFileWriter> file;
-    if (!options.trace_file.empty()) refusal_ = StreamToFile(&options, &file);
+    refusal_ = StreamToFile(model, &options, &file);
     if (!refusal_.ok()) return;
-    if (file != nullptr) {
-      for (const at::Tensor& parameter : model.parameters()) file->AddParameter(parameter);
-    }
     CaptureFallbackRegistered();
     state_ = std::make_unique<State>(LayoutOf(model), model.is_training(), std::move(options),
                                      std::move(file));
