@@ -60,6 +60,7 @@ Trace BuildTrace(CaptureRecord record) {
   const bool replay_data = record.saved_values || record.streamed_values;
 
   auto fill_outputs = [&](const NodeRecord& node, Op& op) {
+    if (replay_data) op.outs.reserve(node.outputs_end - node.outputs_begin);
     for (int32_t i = node.outputs_begin; i < node.outputs_end; ++i) {
       const OutputRecord& output = record.outputs[i];
       at::Tensor value = output.slot >= 0 ? record.slots[output.slot] : at::Tensor();

@@ -19,7 +19,7 @@ std::string Shape(c10::IntArrayRef shape) {
 }
 
 std::vector<at::Tensor> Outputs(const Op& op) {
-  if (!op.outs.empty()) return op.outs;
+  if (!op.outs.empty()) return op.outs.ToVector();
   return {op.out};
 }
 

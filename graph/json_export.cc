@@ -37,7 +37,7 @@ struct OpJsonWriter {
   static Json Value(const Plain& v) {
     return Json(v);
   }
-  static Json Value(const absl::InlinedVector<std::string, 2>& v) {
+  static Json Value(const SharedVector<std::string>& v) {
     return Json(std::vector<std::string>(v.begin(), v.end()));
   }
   static Json Value(const at::DimVector& v) { return Json(c10::IntArrayRef(v).vec()); }
@@ -45,7 +45,7 @@ struct OpJsonWriter {
     return v ? Json(std::string(WriteKindName(*v))) : Json(nullptr);
   }
   static Json Value(const std::optional<bool>& v) { return v ? Json(*v) : Json(nullptr); }
-  static Json Value(const std::vector<ArgSource>& v) {
+  static Json Value(const SharedVector<ArgSource>& v) {
     Json sources = Json::array();
     for (const ArgSource& source : v) sources.push_back(Source(source));
     return sources;
@@ -78,8 +78,8 @@ struct OpJsonWriter {
   // Saved values never reach `Value` (see operator()); these keep the template from
   // being instantiated for them.
   static Json Value(const at::Tensor&) { return Json(nullptr); }
-  static Json Value(const std::vector<at::Tensor>&) { return Json(nullptr); }
-  static Json Value(const std::vector<c10::IValue>&) { return Json(nullptr); }
+  static Json Value(const SharedVector<at::Tensor>&) { return Json(nullptr); }
+  static Json Value(const SharedVector<c10::IValue>&) { return Json(nullptr); }
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace torchlens {
 namespace {
@@ -27,7 +28,8 @@ Finiteness Of(const at::Tensor& value) {
 Finiteness OfOutputs(const Op& op) {
   Finiteness all;
   const std::vector<at::Tensor> single = {op.out};
-  for (const at::Tensor& value : op.outs.empty() ? single : op.outs) {
+  for (const at::Tensor& value :
+       op.outs.empty() ? absl::MakeConstSpan(single) : absl::Span<const at::Tensor>(op.outs)) {
     const Finiteness one = Of(value);
     all.nan = all.nan || one.nan;
     all.inf = all.inf || one.inf;

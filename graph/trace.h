@@ -49,6 +49,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "graph/shared_vector.h"
 
 namespace torchlens {
 
@@ -175,14 +176,14 @@ struct Op {
   at::DimVector tensor_shape;
   std::string tensor_dtype;  // "float", "long", ...; empty when not a tensor
   // Parameter addresses read, in argument order (most ops read at most two).
-  absl::InlinedVector<std::string, 2> parent_params;
+  SharedVector<std::string> parent_params;
   // Every tensor output, in return order (`out` is the first). Saved values only.
-  std::vector<at::Tensor> outs;
+  SharedVector<at::Tensor> outs;
   // The arguments the op was called with, as saved for replay: tensors are the saved
   // pre-call values, other arguments as passed. Empty when not saved.
-  std::vector<c10::IValue> creation_args;
+  SharedVector<c10::IValue> creation_args;
   // One entry per tensor inside `creation_args`, in visiting order (see ivalue_tensors.h).
-  std::vector<ArgSource> arg_sources;
+  SharedVector<ArgSource> arg_sources;
   // For an op that consumes randomness (dropout, rand*, ...): the CPU generator's state
   // just before it ran, so that replay draws the same numbers. Saved values only.
   at::Tensor rng_state;

@@ -138,7 +138,7 @@ struct OpWriter {
   void operator()(const char* name, const std::vector<std::string>& v, OpField) {
     d.insert(name, Strings(v));
   }
-  void operator()(const char* name, const absl::InlinedVector<std::string, 2>& v, OpField) {
+  void operator()(const char* name, const SharedVector<std::string>& v, OpField) {
     d.insert(name, Strings(v));
   }
   void operator()(const char* name, const at::DimVector& v, OpField) { d.insert(name, Ints(v)); }
@@ -151,13 +151,13 @@ struct OpWriter {
   void operator()(const char* name, const at::Tensor& v, OpField) {
     d.insert(name, TensorOrNone(v));
   }
-  void operator()(const char* name, const std::vector<at::Tensor>& v, OpField) {
+  void operator()(const char* name, const SharedVector<at::Tensor>& v, OpField) {
     List list = NewList();
     for (const at::Tensor& t : v) list.push_back(TensorOrNone(t));
     d.insert(name, list);
   }
   // Arguments Python could not read back are left out whole; "<name>_complete" says which.
-  void operator()(const char* name, const std::vector<c10::IValue>& v, OpField) {
+  void operator()(const char* name, const SharedVector<c10::IValue>& v, OpField) {
     bool complete = true;
     for (const c10::IValue& arg : v) complete = complete && Picklable(arg);
     List list = NewList();
@@ -167,7 +167,7 @@ struct OpWriter {
     d.insert(name, list);
     d.insert(absl::StrCat(name, "_complete"), complete);
   }
-  void operator()(const char* name, const std::vector<ArgSource>& v, OpField) {
+  void operator()(const char* name, const SharedVector<ArgSource>& v, OpField) {
     List list = NewList();
     for (const ArgSource& source : v) list.push_back(SourceToIValue(source));
     d.insert(name, list);
@@ -325,10 +325,7 @@ struct OpReader {
   void Read(const char* name, int64_t& v) { v = r.Int(d, name); }
   void Read(const char* name, bool& v) { v = r.Bool(d, name); }
   void Read(const char* name, std::vector<std::string>& v) { v = r.Strings(d, name); }
-  void Read(const char* name, absl::InlinedVector<std::string, 2>& v) {
-    std::vector<std::string> strings = r.Strings(d, name);
-    v.assign(std::make_move_iterator(strings.begin()), std::make_move_iterator(strings.end()));
-  }
+  void Read(const char* name, SharedVector<std::string>& v) { v = r.Strings(d, name); }
   void Read(const char* name, at::DimVector& v) {
     const std::vector<int64_t> ints = r.Ints(d, name);
     v.assign(ints.begin(), ints.end());
@@ -349,22 +346,26 @@ struct OpReader {
     if (field.isBool()) v = field.toBool();
   }
   void Read(const char* name, at::Tensor& v) { v = r.Tensor(d, name); }
-  void Read(const char* name, std::vector<at::Tensor>& v) {
-    for (const c10::IValue& t : r.ListOf(d, name)) {
+  void Read(const char* name, SharedVector<at::Tensor>& v) {
+    const auto& values = r.ListOf(d, name);
+    v.reserve(values.size());
+    for (const c10::IValue& t : values) {
       if (!t.isNone() && !t.isTensor()) {
         throw Reader::Malformed{absl::StrCat("ops[", index, "] \"", name, "\" holds a non-tensor")};
       }
       v.push_back(t.isTensor() ? t.toTensor() : at::Tensor());
     }
   }
-  void Read(const char* name, std::vector<c10::IValue>& v) {
+  void Read(const char* name, SharedVector<c10::IValue>& v) {
     if (!r.Bool(d, absl::StrCat(name, "_complete").c_str())) return;
-    for (const c10::IValue& arg : r.ListOf(d, name)) v.push_back(arg);
+    const auto& values = r.ListOf(d, name);
+    v.reserve(values.size());
+    for (const c10::IValue& arg : values) v.push_back(arg);
   }
-  void Read(const char* name, std::vector<ArgSource>& v) {
-    for (const c10::IValue& source : r.ListOf(d, name)) {
-      v.push_back(SourceFromIValue(source, index));
-    }
+  void Read(const char* name, SharedVector<ArgSource>& v) {
+    const auto& sources = r.ListOf(d, name);
+    v.reserve(sources.size());
+    for (const c10::IValue& source : sources) v.push_back(SourceFromIValue(source, index));
   }
   void Read(const char* name, std::vector<AliasWrite>& v) {
     for (const c10::IValue& value : r.ListOf(d, name)) {

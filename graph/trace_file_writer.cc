@@ -305,17 +305,17 @@ absl::StatusOr<Trace> TraceFileWriter::WithPlaceholders(const Trace& trace) {
     const int32_t node = static_cast<int32_t>(i);
     if (op.is_output()) {
       // An output node holds its producer's value, named by its one source.
-      if (!op.arg_sources.empty()) op.outs.assign(1, source_value(op.arg_sources[0]));
+      if (!op.arg_sources.empty()) op.outs = {source_value(op.arg_sources[0])};
     } else {
       if (op.outs.empty() && records_.contains({node, 0})) op.outs.resize(1);
-      for (size_t k = 0; k < op.outs.size(); ++k) op.outs[k] = Placeholder(node, k);
+      for (size_t k = 0; k < op.outs.size(); ++k) op.outs.mutable_at(k) = Placeholder(node, k);
     }
     op.out = op.outs.empty() ? at::Tensor() : op.outs[0];
     for (size_t k = 0; k < op.alias_writes.size(); ++k) {
       op.alias_writes[k].value = Placeholder(node, -static_cast<int>(k) - 1);
     }
     size_t next_source = 0;
-    for (c10::IValue& arg : op.creation_args) {
+    for (c10::IValue& arg : op.creation_args.mutable_span()) {
       if (!ContainsTensor(arg)) continue;
       arg = MapTensors(arg, [&](const at::Tensor& t) -> at::Tensor {
         const size_t s = next_source++;

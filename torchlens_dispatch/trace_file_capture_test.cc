@@ -39,7 +39,7 @@ bool SameTensor(const at::Tensor& a, const at::Tensor& b) {
   return !a.defined() || (a.dtype() == b.dtype() && a.sizes() == b.sizes() && at::equal(a, b));
 }
 
-std::vector<at::Tensor> TensorsOf(const std::vector<c10::IValue>& args) {
+std::vector<at::Tensor> TensorsOf(const SharedVector<c10::IValue>& args) {
   std::vector<at::Tensor> tensors;
   for (const c10::IValue& arg : args) {
     ForEachTensor(arg, [&](const at::Tensor& t) { tensors.push_back(t); });

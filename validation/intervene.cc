@@ -126,7 +126,7 @@ class Intervention {
     for (const EditedValue& edit : edited_) {
       Op& op = ops[edit.index];
       if (op.outs.empty() || edit.output == 0) op.out = edit.value;
-      if (!op.outs.empty()) op.outs[edit.output] = edit.value;
+      if (!op.outs.empty()) op.outs.mutable_at(edit.output) = edit.value;
       changed_[edit.index] = true;
       if (op.is_buffer && !op.buffer_write_kind.has_value()) {
         parts_.buffers[op.address].initial_value = edit.value;  // the edited world's start

@@ -33,6 +33,11 @@
 namespace torchlens {
 namespace {
 
+// The arguments `op` was called with, as the op tables read them.
+c10::ArrayRef<c10::IValue> Arguments(const Op& op) {
+  return c10::ArrayRef<c10::IValue>(op.creation_args.data(), op.creation_args.size());
+}
+
 // Whether two runs of an op returned the same: tensors bit for bit, other values (the
 // Scalar of `item`, the bool of `equal`) by value.
 bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
@@ -314,7 +319,7 @@ class Validator {
       return;
     }
     const FusedMutator* fused = FindFusedMutator(op.func_name);
-    const bool updating = fused != nullptr && UpdatesState(*fused, op.creation_args);
+    const bool updating = fused != nullptr && UpdatesState(*fused, Arguments(op));
     // Tensor indexes that are fused state arguments.
     absl::flat_hash_set<int> state_tensors;
     if (updating) {
@@ -385,7 +390,7 @@ class Validator {
       }
       if (reacted) {
         ++perturbations_checked_;
-      } else if (DataDependentlyExempt(op.func_name, op.creation_args, saved, indexes,
+      } else if (DataDependentlyExempt(op.func_name, Arguments(op), saved, indexes,
                                        unperturbed.outputs)) {
         // See NOTE [Data-dependent exemptions].
       } else if (const bool finite = std::all_of(indexes.begin(), indexes.end(),
@@ -426,7 +431,7 @@ class Validator {
     if (!op.arg_sources.empty()) {
       candidates.push_back(OutputValue(*parent, op.arg_sources[0].output_index));
     } else {
-      candidates = parent->outs;
+      candidates = parent->outs.ToVector();
       if (candidates.empty()) candidates.push_back(parent->out);
     }
     for (const at::Tensor& candidate : candidates) {

@@ -131,7 +131,7 @@ TEST(ValidateTest, TamperedOutputFails) {
   Trace trace = Capture("mlp");
   trace = Changed(trace, "relu_1_2:1", [](Op& relu) {
     relu.out = relu.out + 0.5;
-    relu.outs[0] = relu.out;
+    relu.outs.mutable_at(0) = relu.out;
   });
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -157,7 +157,7 @@ TEST(ValidateTest, TamperedParentEdgeFails) {
   Trace trace = Capture("mlp");
   trace = Changed(trace, "linear_2_3:1", [](Op& fc2) {
     fc2.parents = {"linear_1_1:1"};
-    fc2.arg_sources[0].name = "linear_1_1:1";
+    fc2.arg_sources.mutable_at(0).name = "linear_1_1:1";
   });
   absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -210,7 +210,7 @@ TEST(ValidateTest, DeadOpIsListedAndStillValueChecked) {
   EXPECT_THAT(report->dead, ElementsAre("mul_1_1:1"));
   report = ValidateForwardPass(Changed(*trace, "mul_1_1:1", [](Op& dead) {
     dead.out = dead.out + 1;
-    dead.outs[0] = dead.out;
+    dead.outs.mutable_at(0) = dead.out;
   }));
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(report->failures, ElementsAre(StartsWith("mul_1_1:1: value mismatch")));

@@ -98,7 +98,7 @@ TEST(VerdictsTest, TamperedVersionsAliasWritesAndDeadNodesFail) {
           op.alias_writes[0].value = Tampered(op.alias_writes[0].value);
         } else {
           op.out = Tampered(op.out);
-          if (!op.outs.empty()) op.outs[0] = op.out;
+          if (!op.outs.empty()) op.outs.mutable_at(0) = op.out;
         }
       });
       const ValidationReport report = Validate(trace);
