@@ -37,7 +37,7 @@ struct OpJsonWriter {
   static Json Value(const Plain& v) {
     return Json(v);
   }
-  static Json Value(const SharedVector<std::string>& v) {
+  static Json Value(const absl::InlinedVector<std::string, 2>& v) {
     return Json(std::vector<std::string>(v.begin(), v.end()));
   }
   static Json Value(const at::DimVector& v) { return Json(c10::IntArrayRef(v).vec()); }

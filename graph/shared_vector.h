@@ -5,13 +5,15 @@
 // only the cone of the edit is re-executed. Copying an op member by member costs a heap
 // block per vector and one reference count per tensor it holds, each on a cache line that
 // the model's forward pass has since evicted. The members that hold an op's values (`outs`,
-// `creation_args`, `arg_sources`, `parent_params`) are therefore `SharedVector`s: a copy
-// adds one reference to the block the elements live in, and the first write through a
-// copy gives that copy its own block.
+// `creation_args`, `arg_sources`) are therefore `SharedVector`s: a copy adds one
+// reference to the block the elements live in, and the first write through a copy gives
+// that copy its own block.
 //
 // The reference count lives in the elements' own heap block, so a `SharedVector` costs
 // what a `std::vector` costs to build (one allocation, `reserve` then `push_back`), and
-// copying one touches one cache line.
+// copying one touches one cache line. `parent_params` stays an inlined vector: most ops
+// read at most two parameters, and a shared block would add an allocation to every op of
+// every capture (2% on mlp50) to save one on a fork.
 //
 // Reads look like a `const std::vector<T>` (size, iteration, `[]`); writes go through
 // `push_back`, `resize`, assignment, `mutable_at` and `mutable_span`. A `SharedVector` is
@@ -64,9 +66,7 @@ class SharedVector {
     return *this;
   }
   SharedVector& operator=(std::vector<T> values) { return *this = SharedVector(std::move(values)); }
-  SharedVector& operator=(std::initializer_list<T> values) {
-    return *this = SharedVector(values);
-  }
+  SharedVector& operator=(std::initializer_list<T> values) { return *this = SharedVector(values); }
   ~SharedVector() { Release(); }
 
   size_t size() const { return rep_ == nullptr ? 0 : rep_->size; }
@@ -163,8 +163,16 @@ class SharedVector {
     rep_->size = n;
   }
 
+  // The sole owner frees the block without an atomic write: no other copy exists that
+  // could take a new reference meanwhile. A trace's own ops are the sole owners of their
+  // blocks unless the trace was forked, so destroying a trace costs what it did with
+  // `std::vector`s.
   void Release() {
-    if (rep_ == nullptr || rep_->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (rep_ == nullptr) return;
+    if (rep_->refs.load(std::memory_order_acquire) != 1 &&
+        rep_->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+      return;
+    }
     std::destroy(rep_->data(), rep_->data() + rep_->size);
     rep_->~Rep();
     ::operator delete(rep_);

@@ -176,7 +176,7 @@ struct Op {
   at::DimVector tensor_shape;
   std::string tensor_dtype;  // "float", "long", ...; empty when not a tensor
   // Parameter addresses read, in argument order (most ops read at most two).
-  SharedVector<std::string> parent_params;
+  absl::InlinedVector<std::string, 2> parent_params;
   // Every tensor output, in return order (`out` is the first). Saved values only.
   SharedVector<at::Tensor> outs;
   // The arguments the op was called with, as saved for replay: tensors are the saved

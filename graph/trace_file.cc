@@ -138,7 +138,7 @@ struct OpWriter {
   void operator()(const char* name, const std::vector<std::string>& v, OpField) {
     d.insert(name, Strings(v));
   }
-  void operator()(const char* name, const SharedVector<std::string>& v, OpField) {
+  void operator()(const char* name, const absl::InlinedVector<std::string, 2>& v, OpField) {
     d.insert(name, Strings(v));
   }
   void operator()(const char* name, const at::DimVector& v, OpField) { d.insert(name, Ints(v)); }
@@ -325,7 +325,10 @@ struct OpReader {
   void Read(const char* name, int64_t& v) { v = r.Int(d, name); }
   void Read(const char* name, bool& v) { v = r.Bool(d, name); }
   void Read(const char* name, std::vector<std::string>& v) { v = r.Strings(d, name); }
-  void Read(const char* name, SharedVector<std::string>& v) { v = r.Strings(d, name); }
+  void Read(const char* name, absl::InlinedVector<std::string, 2>& v) {
+    std::vector<std::string> strings = r.Strings(d, name);
+    v.assign(std::make_move_iterator(strings.begin()), std::make_move_iterator(strings.end()));
+  }
   void Read(const char* name, at::DimVector& v) {
     const std::vector<int64_t> ints = r.Ints(d, name);
     v.assign(ints.begin(), ints.end());
