@@ -177,6 +177,8 @@ struct Op {
   std::string tensor_dtype;  // "float", "long", ...; empty when not a tensor
   // Parameter addresses read, in argument order (most ops read at most two).
   absl::InlinedVector<std::string, 2> parent_params;
+  // `outs`, `creation_args` and `arg_sources` read like const vectors; copies of an op
+  // share them until one is written (NOTE [Ops shared by forks] in shared_vector.h).
   // Every tensor output, in return order (`out` is the first). Saved values only.
   SharedVector<at::Tensor> outs;
   // The arguments the op was called with, as saved for replay: tensors are the saved
