@@ -114,7 +114,6 @@ class SharedVector {
   friend bool operator==(const SharedVector& a, const SharedVector& b) {
     return a.rep_ == b.rep_ || std::equal(a.begin(), a.end(), b.begin(), b.end());
   }
-  friend bool operator!=(const SharedVector& a, const SharedVector& b) { return !(a == b); }
 
  private:
   // NOTE [Ops shared by forks]: the count and sizes, then the elements, in one block.
