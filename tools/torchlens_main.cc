@@ -38,6 +38,7 @@
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/intervene.h"
 #include "validation/validate.h"
@@ -378,7 +379,7 @@ int main(int argc, char** argv) {
   try {
     status = torchlens::Run(args, &exit_code);
   } catch (const std::exception& e) {
-    status = absl::InternalError(e.what());
+    status = absl::InternalError(torchlens::MessageOf(e));
   }
   if (status.ok()) return exit_code;
   const std::string message(status.message());

@@ -178,9 +178,7 @@ absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IV
   } catch (const std::exception& e) {
     // CaptureOptions::halt_after stopped the forward: the trace so far.
     if (guard.halted()) return guard.Finish(c10::IValue());
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    const ScriptError error = ParseInterpreterError(
-        c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    const ScriptError error = ParseInterpreterError(MessageOf(e));
     const bool out_of_memory = IsOutOfMemory(e);
     return absl::Status(
         out_of_memory ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInvalidArgument,

@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "graph/archive_check.h"
 #include "graph/file_io.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/script_code_check.h"
 #include "torchlens_dispatch/script_errors.h"
 
@@ -90,7 +91,8 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
   try {
     return torch::jit::load(std::make_shared<BytesReader>(bytes));
   } catch (const torch::jit::ErrorReport& e) {  // compiling the archive's code
-    const ScriptError error = ParseCompileError(e.what());
+    // MessageOf, never e.what(): NOTE [ErrorReport::what() ends the process].
+    const ScriptError error = ParseCompileError(MessageOf(e));
     if (absl::StartsWith(error.cause, "Unknown builtin op: ")) {
       return absl::FailedPreconditionError(
           absl::StrCat(name, " uses an operator this process does not have: ", error.OneLine(),
@@ -99,9 +101,7 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
     return absl::InvalidArgumentError(
         absl::StrCat(name, " has code LibTorch cannot compile: ", error.OneLine()));
   } catch (const std::exception& e) {
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    const ScriptError error = ParseInterpreterError(
-        c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    const ScriptError error = ParseInterpreterError(MessageOf(e));
     return absl::InvalidArgumentError(absl::StrCat(
         name, " could not be loaded by LibTorch: ", error.OneLine(), "; expected ", kExpected));
   }

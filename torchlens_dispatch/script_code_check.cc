@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/script_errors.h"
 
 namespace torchlens {
@@ -88,9 +89,8 @@ absl::Status CheckDebugInfo(absl::string_view pickle, const std::string& filenam
       torch::jit::SourceRange(source, range[1].toInt(), range[2].toInt()).highlight(printed);
     }
   } catch (const std::exception& e) {
-    const std::string what = e.what();
-    return absl::InvalidArgumentError(absl::StrCat(
-        filename, ": debug information LibTorch cannot print: ", what.substr(0, what.find('\n'))));
+    return absl::InvalidArgumentError(
+        absl::StrCat(filename, ": debug information LibTorch cannot print: ", FirstLine(e)));
   }
   return absl::OkStatus();
 }
@@ -130,7 +130,7 @@ absl::Status CheckScriptCode(absl::string_view code, const std::string& filename
       }
     }
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(ParseCompileError(e.what()).OneLine());
+    return absl::InvalidArgumentError(ParseCompileError(MessageOf(e)).OneLine());
   }
   return absl::OkStatus();
 }

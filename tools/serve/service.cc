@@ -12,6 +12,7 @@
 #include "graph/render.h"
 #include "graph/trace_file.h"
 #include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 
 namespace torchlens {
 namespace serve {
@@ -90,7 +91,7 @@ Answer Service::Handle(const Request& request) {
     changed_.notify_all();
   } catch (const std::exception& e) {
     answer.status =
-        absl::InvalidArgumentError(absl::StrCat("request ", request.id, ": ", e.what()));
+        absl::InvalidArgumentError(absl::StrCat("request ", request.id, ": ", MessageOf(e)));
   }
   return answer;
 }

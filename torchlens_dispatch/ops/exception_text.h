@@ -7,8 +7,15 @@
 
 namespace torchlens {
 
-// The first line of `e`'s message, without LibTorch's C++ backtrace (c10::Error keeps
-// the message proper apart from it).
+// `e`'s whole message, safe to call on any exception LibTorch throws:
+//   - a c10::Error gives its message without LibTorch's C++ backtrace;
+//   - a torch::jit::ErrorReport gives what its what() would, built without calling it
+//     (NOTE [ErrorReport::what() ends the process]);
+//   - anything else gives what().
+// Call this, never what(), on an exception that may be a torch::jit::ErrorReport.
+std::string MessageOf(const std::exception& e);
+
+// The first line of MessageOf(e).
 std::string FirstLine(const std::exception& e);
 
 // The first line of `text`.
