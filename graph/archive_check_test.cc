@@ -383,6 +383,33 @@ TEST(ArchiveCheckTest, EntriesThatFailTheirCrcAreRefused) {
   EXPECT_TRUE(CheckTorchArchive(bad, ArchiveKind::kTorchSave).ok());
 }
 
+// LibTorch's reader (miniz) takes an entry whose external attributes carry the DOS directory
+// bit for a directory, and reads no bytes into the record it hands out: a debug record
+// marked so ended the process (fuzzing, 2026-12-02: one byte of the attributes changed).
+TEST(ArchiveCheckTest, FilesMarkedAsDirectoriesAreRefused) {
+  const std::string good = Zip({{"m/data.pkl", Program("N")},
+                                {"m/version", "3"},
+                                {"m/code/__torch__.py", "x"},
+                                {"m/code/__torch__.py.debug_pkl", Program(")")}});
+  ASSERT_TRUE(CheckTorchArchive(good, ArchiveKind::kTorchScript).ok());
+  std::string marked = good;
+  const size_t entry = marked.rfind("PK\x01\x02");  // the debug record's directory entry
+  ASSERT_NE(entry, std::string::npos);
+  marked[entry + 38] = '\x7a';  // external attributes: 0x7a has the directory bit 0x10
+  EXPECT_THAT(Message(marked, ArchiveKind::kTorchScript),
+              HasSubstr("zip entry m/code/__torch__.py.debug_pkl is named as a file but "
+                        "marked as a directory (external attributes 0x7a)"));
+  marked[entry + 38] = '\x6a';  // the same bits without the directory bit
+  EXPECT_TRUE(CheckTorchArchive(marked, ArchiveKind::kTorchScript).ok());
+  // A directory entry named as one, as `zip -r` writes, is not a record and stays allowed.
+  std::string with_folder = Zip({{"m/data.pkl", Program("N")},
+                                 {"m/version", "3"},
+                                 {"m/code/", ""},
+                                 {"m/code/__torch__.py", "x"}});
+  with_folder[with_folder.find("PK\x01\x02") + 46 * 2 + 10 + 9 + 38] = '\x10';
+  EXPECT_TRUE(CheckTorchArchive(with_folder, ArchiveKind::kTorchScript).ok());
+}
+
 TEST(ArchiveCheckTest, ZipDirectoriesThatLieAreRefused) {
   const std::string good = SavedTensor(Tensor("0", 6, 0, {6}, {1}), 6);
   ASSERT_TRUE(CheckTorchArchive(good, ArchiveKind::kTorchSave).ok());

@@ -45,6 +45,7 @@ constexpr uint32_t kDirectoryEntry = 0x02014b50;
 constexpr uint32_t kLocalHeader = 0x04034b50;
 constexpr uint64_t kStored = 0;
 constexpr uint64_t kDeflated = 8;
+constexpr uint64_t kDosDirectoryAttribute = 0x10;
 // No deflate stream expands by more than this (a 258-byte match costs at least two
 // bits, so about 1032x); the slack covers tiny streams.
 constexpr uint64_t kMaxDeflateRatio = 1032;
@@ -97,12 +98,24 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
     const uint64_t name_length = bytes.Read(at + 28, 2);
     const uint64_t extra_length = bytes.Read(at + 30, 2);
     const uint64_t comment_length = bytes.Read(at + 32, 2);
+    const uint64_t external_attributes = bytes.Read(at + 38, 4);
     uint64_t local = bytes.Read(at + 42, 4);
     if (!bytes.Has(at + 46, name_length + extra_length + comment_length)) {
       return Bad("a zip directory entry runs past the end");
     }
     Entry entry;
     entry.name = std::string(bytes.View(at + 46, name_length));
+    // LibTorch's reader (miniz) takes an entry with the DOS directory attribute for a
+    // directory whatever its name, and "reads" it by leaving the caller's buffer as it
+    // was: a record named as a file but marked so would be uninitialized memory to
+    // LibTorch and checked bytes to us.
+    if ((external_attributes & kDosDirectoryAttribute) != 0 && !absl::EndsWith(entry.name, "/")) {
+      return Bad(absl::StrCat("zip entry ", Printable(entry.name),
+                              " is named as a file but marked as a directory (external "
+                              "attributes 0x",
+                              absl::Hex(external_attributes),
+                              "); LibTorch's reader would read no bytes for it"));
+    }
     // ZIP64 extra field: 64-bit sizes and offset for the fields saturated above.
     for (uint64_t x = at + 46 + name_length; x + 4 <= at + 46 + name_length + extra_length;) {
       const uint64_t id = bytes.Read(x, 2);
@@ -132,6 +145,11 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
         return Bad(absl::StrCat("zip entry ", Printable(entry.name), " claims ", size,
                                 " bytes from ", compressed,
                                 " deflated bytes, more than deflate can produce"));
+      }
+      // miniz likewise returns an entry with no compressed bytes without writing any.
+      if (compressed == 0 && size > 0) {
+        return Bad(absl::StrCat("zip entry ", Printable(entry.name), " claims ", size,
+                                " bytes from no deflated bytes"));
       }
       entry.deflated = true;
     } else {

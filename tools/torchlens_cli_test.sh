@@ -115,8 +115,12 @@ expect_error "debug information LibTorch throws on" "debug information LibTorch 
   --model "$MODELS/debug_info_unknown_global.pt" --input_shape 1,2
 expect_error "debug record failing its CRC" "__torch__.py.debug_pkl fails its CRC-32 check" \
   --model "$MODELS/debug_info_unprintable.pt" --input_shape 1,2
-expect_error "debug record failing its CRC (2)" "__torch__.py.debug_pkl fails its CRC-32 check" \
+expect_error "debug record failing its CRC and marked as a directory" \
+  "code/__torch__.py.debug_pkl is named as a file but marked as a directory" \
   --model "$MODELS/crc_debug_record.pt" --input_shape 1,2
+expect_error "debug record marked as a directory" \
+  "code/__torch__.py.debug_pkl is named as a file but marked as a directory" \
+  --model "$MODELS/debug_record_marked_directory.pt" --input_shape 1,2
 expect_error "torchvision op" "torchvision::nms.*load the library that registers torchvision::" \
   --model "$MODELS/unknown_op_torchvision.pt" --input_shape 1,2
 expect_error "newer aten op" "this LibTorch (1.13) has no aten::relu_of_a_newer_pytorch" \

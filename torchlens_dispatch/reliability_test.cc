@@ -105,14 +105,21 @@ TEST(BadModelFileTest, HostileArchivesAreRefusedBeforeLibTorchReadsThem) {
   absl::StatusOr<torch::jit::Module> unprintable =
       LoadTorchScript(ModelCorpus("debug_info_unprintable.pt"));
   EXPECT_EQ(unprintable.status().code(), absl::StatusCode::kInvalidArgument);
-  // Its debug record also fails its CRC, which LibTorch's reader ignores (handing out
-  // uninitialized bytes): refused for that first. crc_debug_record.pt fails only there.
+  // Its debug record also fails its CRC, which LibTorch's reader does not check: refused
+  // for that first.
   EXPECT_THAT(std::string(unprintable.status().message()),
               HasSubstr("code/__torch__.py.debug_pkl fails its CRC-32 check"));
-  absl::StatusOr<torch::jit::Module> crc = LoadTorchScript(ModelCorpus("crc_debug_record.pt"));
-  EXPECT_EQ(crc.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(crc.status().message()),
-              HasSubstr("code/__torch__.py.debug_pkl fails its CRC-32 check"));
+  // crc_debug_record.pt's debug record fails its CRC too, and its zip attributes mark it a
+  // directory, which makes LibTorch's reader hand out a buffer it never wrote: refused for
+  // that first (debug_record_marked_directory.pt has the attribute alone).
+  for (const char* file : {"crc_debug_record.pt", "debug_record_marked_directory.pt"}) {
+    absl::StatusOr<torch::jit::Module> marked = LoadTorchScript(ModelCorpus(file));
+    EXPECT_EQ(marked.status().code(), absl::StatusCode::kInvalidArgument) << file;
+    EXPECT_THAT(std::string(marked.status().message()),
+                HasSubstr("code/__torch__.py.debug_pkl is named as a file but marked as a "
+                          "directory (external attributes 0x"))
+        << file;
+  }
   // The archive they were made from loads and runs.
   absl::StatusOr<torch::jit::Module> small = LoadTorchScript(ModelCorpus("small.pt"));
   ASSERT_TRUE(small.ok()) << small.status();

@@ -16,12 +16,17 @@ small; the hostile metadata claims sizes, the bytes are not there.
 
 Files the fuzzers found are kept in the corpora as they were found, not written here:
 trace_file/stack_underflow.pt; model_archive/debug_info_unprintable.pt and
-model_archive/crc_debug_record.pt, whose debug records fail their CRC: LibTorch's reader
-hands out uninitialized bytes for them, which it then fails to print inside a noexcept
-function while it reports a compile error; model_archive/case_folded_folder.pt, whose
+model_archive/crc_debug_record.pt, whose debug records fail their CRC, which LibTorch's
+reader does not check, and which LibTorch then failed to print inside a noexcept function
+while it reported a compile error (crc_debug_record.pt's record also carries the directory
+attribute, as below); model_archive/case_folded_folder.pt, whose
 debug record lies in "debug_iNfo_unknown_global/" while the archive's folder is
 "debug_info_unknown_global/": LibTorch's reader matches names without regard to case and
-read it, through an unknown global, inside the same noexcept function.
+read it, through an unknown global, inside the same noexcept function;
+model_archive/debug_record_marked_directory.pt, whose debug record's external attributes
+carry the DOS directory bit: LibTorch's reader then reads no bytes into the record it
+hands out, and printed those inside the same noexcept function (torchlens no longer calls
+it: NOTE [ErrorReport::what() ends the process]).
 """
 
 import collections
