@@ -111,6 +111,8 @@ expect_error "model record cut short" "storage data/0 of tensor 'fc.weight' clai
   --model "$MODELS/record_cut_short.pt" --input_shape 1,2
 expect_error "class constant without type" "gives '__btffers__' a value without a type" \
   --model "$MODELS/class_constant_without_type.pt" --input_shape 1,2
+expect_error "class constant in a case-folded code folder" "gives '__btffers__' a value without a type" \
+  --model "$MODELS/case_folded_code_folder.pt" --input_shape 1,2
 expect_error "debug information LibTorch throws on" "debug information LibTorch cannot read safely" \
   --model "$MODELS/debug_info_unknown_global.pt" --input_shape 1,2
 expect_error "debug record failing its CRC" "__torch__.py.debug_pkl fails its CRC-32 check" \

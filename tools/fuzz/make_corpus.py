@@ -26,7 +26,10 @@ read it, through an unknown global, inside the same noexcept function;
 model_archive/debug_record_marked_directory.pt, whose debug record's external attributes
 carry the DOS directory bit: LibTorch's reader then reads no bytes into the record it
 hands out, and printed those inside the same noexcept function (torchlens no longer calls
-it: NOTE [ErrorReport::what() ends the process]).
+it: NOTE [ErrorReport::what() ends the process]); model_archive/case_folded_code_folder.pt,
+whose code record lies in "coDe/": LibTorch's reader reads it as "code/__torch__.py" and
+its compiler read uninitialized memory on the class constant without a type in it, which
+the check of code records skipped.
 """
 
 import collections
