@@ -294,7 +294,12 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
                     [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused, -1); });
     }
   }
-  prepared.observe_nested = prepared.touches_buffer || fused;
+  // Nested ops are observed for writes to a buffer the op reads without declaring them
+  // (NOTE [Buffer writes]). A listed fused mutator's only such writes are its state
+  // arguments, known from its update flag: one that does not update them (BatchNorm in
+  // eval mode, which reads the running statistics) has nothing to observe, and observing
+  // its decomposition cost every eval-mode BatchNorm a boxed call per nested op.
+  prepared.observe_nested = fused || (prepared.touches_buffer && info->fused == nullptr);
   if (info->random && prepared.save) {
     // Replay draws the same numbers from this state (validation/replay.h).
     at::Generator generator = at::detail::getDefaultCPUGenerator();
