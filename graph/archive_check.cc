@@ -398,11 +398,12 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
     for (const ZipArchive::Entry& entry : zip->entries()) {
       absl::string_view name = entry.name;
       if (!absl::ConsumePrefix(&name, zip->prefix())) continue;
-      has_code = has_code || absl::StartsWith(name, "code/");
-      const bool constants = name == "constants.pkl";
-      if (!constants && !(absl::StartsWith(name, "code/") && absl::EndsWith(name, ".debug_pkl"))) {
-        continue;
-      }
+      // LibTorch's reader finds records without regard to case ("CONSTANTS.pkl" is read as
+      // "constants.pkl"): select them as it does.
+      const bool code = absl::StartsWithIgnoreCase(name, "code/");
+      has_code = has_code || code;
+      const bool constants = absl::EqualsIgnoreCase(name, "constants.pkl");
+      if (!constants && !(code && absl::EndsWithIgnoreCase(name, ".debug_pkl"))) continue;
       absl::StatusOr<RunPickleRecord> other =
           CheckPickleRecord(*zip, entry, constants ? "constants/" : "", options);
       if (!other.ok()) return Invalid(kind, other.status().message());

@@ -366,6 +366,32 @@ TEST(ArchiveCheckTest, NamesAreComparedWithoutRegardToCaseAsLibTorchDoes) {
                   .ok());
 }
 
+// The records LibTorch runs besides data.pkl are checked under any case of their names,
+// since its reader finds "constants.pkl" as "CONSTANTS.pkl" (fuzzing, 2026-12-02: a code
+// record under "coDe/" escaped the code check the same way).
+TEST(ArchiveCheckTest, RecordsAreSelectedWithoutRegardToCaseAsLibTorchFindsThem) {
+  const std::string debug = Zip({{"m/data.pkl", Program("N")},
+                                 {"m/version", "3"},
+                                 {"m/code/__torch__.py", "x"},
+                                 {"m/CODE/__torch__.py.DEBUG_PKL", Program("a")}});
+  EXPECT_THAT(Message(debug, ArchiveKind::kTorchScript),
+              HasSubstr("m/CODE/__torch__.py.DEBUG_PKL: pickle opcode 0x61 at byte 2"));
+  const std::string constants = Zip({{"m/data.pkl", Program("N")},
+                                     {"m/version", "3"},
+                                     {"m/code/__torch__.py", "x"},
+                                     {"m/Constants.PKL", Program("a")}});
+  EXPECT_THAT(Message(constants, ArchiveKind::kTorchScript),
+              HasSubstr("m/Constants.PKL: pickle opcode 0x61 at byte 2"));
+  // The same archives with well-formed records load.
+  EXPECT_TRUE(CheckTorchArchive(Zip({{"m/data.pkl", Program("N")},
+                                     {"m/version", "3"},
+                                     {"m/Code/__torch__.py", "x"},
+                                     {"m/CODE/__torch__.py.DEBUG_PKL", Program(")")},
+                                     {"m/Constants.PKL", Program(")")}}),
+                                ArchiveKind::kTorchScript)
+                  .ok());
+}
+
 // LibTorch's reader hands out uninitialized bytes for a record that fails its CRC; a
 // debug record read that way ended the process (fuzzing, corpus seed crc_debug_record.pt).
 TEST(ArchiveCheckTest, EntriesThatFailTheirCrcAreRefused) {
