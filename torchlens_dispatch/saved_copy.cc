@@ -18,19 +18,21 @@ constexpr size_t kStreamingMinBytes = 256 << 10;
 // of saved values]).
 bool IsPlainDenseBlock(const at::Tensor& saved) {
   return saved.device().is_cpu() && saved.layout() == at::kStrided && !saved.is_quantized() &&
-         !saved.is_conj() && !saved.is_neg() && saved.has_storage() && saved.is_contiguous() &&
-         saved.nbytes() >= kStreamingMinBytes;
+         !saved.is_conj() && !saved.is_neg() && saved.has_storage() && saved.is_contiguous();
 }
 
 }  // namespace
 
 at::Tensor CopyOfSaved(const at::Tensor& saved) {
+  if (!IsPlainDenseBlock(saved)) return saved.clone();
+  const size_t bytes = saved.nbytes();
+  // The options carry dtype, device and layout; the copy requires no grad.
+  at::Tensor copy = at::empty(saved.sizes(), saved.options());
+  if (bytes == 0) return copy;
+  const char* from = static_cast<const char*>(saved.data_ptr());
+  char* to = static_cast<char*>(copy.data_ptr());
 #if defined(__SSE2__)
-  if (IsPlainDenseBlock(saved)) {
-    at::Tensor copy = at::empty_like(saved, at::MemoryFormat::Contiguous);
-    const char* from = static_cast<const char*>(saved.data_ptr());
-    char* to = static_cast<char*>(copy.data_ptr());
-    const size_t bytes = saved.nbytes();
+  if (bytes >= kStreamingMinBytes) {
     size_t done = 0;
     // Streaming stores need 16-byte aligned destinations; the allocator gives 64.
     if (reinterpret_cast<uintptr_t>(to) % 16 == 0) {
@@ -50,7 +52,8 @@ at::Tensor CopyOfSaved(const at::Tensor& saved) {
     return copy;
   }
 #endif
-  return saved.clone();
+  std::memcpy(to, from, bytes);
+  return copy;
 }
 
 }  // namespace torchlens

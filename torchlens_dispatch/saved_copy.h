@@ -8,9 +8,10 @@
 // is about to use. Large contiguous CPU tensors are therefore copied with non-temporal
 // stores, which write the new lines straight to memory (torchvision's in-place ReLUs and
 // residual adds make ResNets copy megabytes of saved values per forward; README
-// "Performance" has the measurements). Everything
-// else, and every tensor under 256 KiB (whose copy may well be read soon, from cache),
-// is cloned.
+// "Performance" has the measurements). Contiguous CPU tensors under 256 KiB (whose copy
+// may well be read soon, from cache) are copied with one memcpy: `clone()` would set up a
+// TensorIterator, which costs more than copying a small tensor (a BatchNorm's running
+// statistics, a recurrent state). Everything else is cloned.
 #ifndef TORCHLENS_DISPATCH_SAVED_COPY_H_
 #define TORCHLENS_DISPATCH_SAVED_COPY_H_
 
@@ -19,7 +20,9 @@
 namespace torchlens {
 
 // A tensor equal to `saved` (same sizes, strides when contiguous, dtype and device) that
-// shares no memory with it, as `saved.clone()` gives.
+// shares no memory with it, as `saved.clone()` gives. It requires grad only when `saved`
+// does and is not contiguous (clone); callers copying a value that may require grad detach
+// it first.
 at::Tensor CopyOfSaved(const at::Tensor& saved);
 
 }  // namespace torchlens

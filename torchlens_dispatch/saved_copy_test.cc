@@ -1,0 +1,50 @@
+#include "torchlens_dispatch/saved_copy.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace torchlens {
+namespace {
+
+// The copy equals the original, shares no memory with it, and keeps its values when the
+// original is then written, for each path NOTE [Streaming copies of saved values] names.
+void ExpectIndependentCopy(const at::Tensor& original) {
+  const at::Tensor copy = CopyOfSaved(original);
+  ASSERT_EQ(copy.sizes(), original.sizes());
+  ASSERT_EQ(copy.dtype(), original.dtype());
+  EXPECT_FALSE(copy.requires_grad());
+  EXPECT_TRUE(at::equal(copy, original));
+  if (original.numel() == 0) return;
+  EXPECT_NE(copy.data_ptr(), original.data_ptr());
+  const at::Tensor before = original.clone();
+  original.fill_(7);
+  EXPECT_TRUE(at::equal(copy, before));
+}
+
+TEST(SavedCopyTest, SmallDenseTensorsAreCopiedExactly) {
+  ExpectIndependentCopy(at::arange(12, at::kFloat).reshape({3, 4}));
+  ExpectIndependentCopy(at::arange(5, at::kLong));
+  ExpectIndependentCopy(at::tensor(3.5));  // zero dimensions
+  ExpectIndependentCopy(at::arange(6, at::kInt).gt(2));  // bool
+  ExpectIndependentCopy(at::empty({0, 3}));
+  // A view at an offset into a larger storage: the copy holds the view's elements only.
+  const at::Tensor base = at::arange(10, at::kDouble);
+  const at::Tensor tail = base.narrow(0, 4, 6);
+  const at::Tensor copy = CopyOfSaved(tail);
+  EXPECT_EQ(copy.storage_offset(), 0);
+  EXPECT_TRUE(at::equal(copy, at::arange(4, 10, at::kDouble)));
+}
+
+TEST(SavedCopyTest, LargeAndNonContiguousTensorsAreCopiedExactly) {
+  ExpectIndependentCopy(at::arange(1 << 17, at::kFloat));  // 512 KiB: streaming stores
+  ExpectIndependentCopy(at::arange(1 << 17, at::kFloat).add(0.5).narrow(0, 3, 70000));
+  const at::Tensor transposed = at::arange(12, at::kFloat).reshape({3, 4}).t();
+  const at::Tensor copy = CopyOfSaved(transposed);
+  EXPECT_TRUE(at::equal(copy, transposed));
+  EXPECT_EQ(copy.strides(), transposed.strides());  // clone keeps a permuted layout
+}
+
+}  // namespace
+}  // namespace torchlens
