@@ -9,6 +9,7 @@
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/recorder.h"
+#include "torchlens_dispatch/saved_copy.h"
 
 namespace torchlens {
 
@@ -64,7 +65,7 @@ void Recorder::CopySavedValuesOfBuffers() {
     if (journal_.BuffersIn(storage) == nullptr) continue;
     if (!streaming_) {  // streamed values need no copy (NOTE [Streaming identity])
       for (const SavedValue& saved : entry.saved) {
-        record_.slot(saved.slot) = record_.slot(saved.slot).clone();
+        record_.slot(saved.slot) = CopyOfSaved(record_.slot(saved.slot));
       }
       record_.record().stats.copy_on_write_clones += static_cast<int64_t>(entry.saved.size());
     }
