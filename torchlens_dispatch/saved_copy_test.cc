@@ -26,7 +26,7 @@ void ExpectIndependentCopy(const at::Tensor& original) {
 TEST(SavedCopyTest, SmallDenseTensorsAreCopiedExactly) {
   ExpectIndependentCopy(at::arange(12, at::kFloat).reshape({3, 4}));
   ExpectIndependentCopy(at::arange(5, at::kLong));
-  ExpectIndependentCopy(at::tensor(3.5));  // zero dimensions
+  ExpectIndependentCopy(at::tensor(3.5));                // zero dimensions
   ExpectIndependentCopy(at::arange(6, at::kInt).gt(2));  // bool
   ExpectIndependentCopy(at::empty({0, 3}));
   // A view at an offset into a larger storage: the copy holds the view's elements only.
