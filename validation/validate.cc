@@ -344,7 +344,6 @@ class Validator {
         }
       }
       if (indexes.empty()) continue;
-      if (ZeroedByAnotherArgument(op.func_name, saved, indexes)) continue;
       bool empty = true;
       std::string unperturbable;
       for (int i : indexes) {
@@ -356,27 +355,41 @@ class Validator {
         }
       }
       if (empty) continue;
+      // A product's other factor that is all zeros (stochastic depth's dropped block,
+      // ZeroedByAnotherArgument) exempts the edge. Scanning that factor costs kernels, so
+      // it is asked only when the first perturbation did not already prove the edge: a
+      // finite perturbation times zero is zero, so the answer is the same.
+      const auto zeroed = [&] { return ZeroedByAnotherArgument(op.func_name, saved, indexes); };
       if (!unperturbable.empty()) {
+        if (zeroed()) continue;
         Note(&unproved_, op,
              absl::StrCat(op.label, " <- ", parent, ": ", unperturbable,
                           " values cannot be perturbed"));
         continue;
       }
+      // Seeded on first use (most ops need no random perturbation): NOTE [Validating on
+      // several threads].
+      const auto generator = [this]() -> at::Generator& {
+        if (!seeded_) {
+          generator_.set_current_seed(kSeed + position_);
+          seeded_ = true;
+        }
+        return generator_;
+      };
       bool reacted = false;
+      bool exempt = false;
       for (int attempt = 0; !reacted; ++attempt) {
+        if (attempt == 1 && zeroed()) {
+          exempt = true;
+          break;
+        }
         std::vector<c10::IValue> args;
         bool exhausted = false;
         args = ReplayArguments(op, [&](int index, const ArgSource&, const at::Tensor& value) {
           if (exhausted || std::find(indexes.begin(), indexes.end(), index) == indexes.end()) {
             return value;
           }
-          if (!seeded_) {
-            // Seeded on first use (most ops need no random perturbation): NOTE
-            // [Validating on several threads].
-            generator_.set_current_seed(kSeed + position_);
-            seeded_ = true;
-          }
-          std::optional<at::Tensor> perturbed = Perturbation(value, attempt, generator_);
+          std::optional<at::Tensor> perturbed = Perturbation(value, attempt, generator);
           if (!perturbed.has_value()) {
             exhausted = true;
             return value;
@@ -388,6 +401,7 @@ class Validator {
         // An op that rejects the perturbed value depends on it too.
         reacted = !perturbed.ok() || !SameReturns(*perturbed, unperturbed);
       }
+      if (exempt) continue;
       if (reacted) {
         ++perturbations_checked_;
       } else if (DataDependentlyExempt(op.func_name, Arguments(op), saved, indexes,

@@ -16,6 +16,30 @@ namespace {
 // arithmetically; the ones after them do not depend on the old values.
 constexpr int kArithmeticPerturbations = 3;
 
+// -1 - value, elementwise: changes every finite element. A contiguous float or double
+// tensor is written in one loop; a kernel call (rsub wraps its scalar in a tensor and
+// builds a TensorIterator) costs more than a small model's op, and validation makes one
+// of these per parent of every op. Other tensors keep their strides through at::rsub.
+at::Tensor MinusOneMinus(const at::Tensor& value) {
+  const at::ScalarType type = value.scalar_type();
+  if (value.device().is_cpu() && value.layout() == at::kStrided && value.is_contiguous() &&
+      (type == at::kFloat || type == at::kDouble)) {
+    at::Tensor result = at::empty(value.sizes(), value.options());
+    const int64_t n = value.numel();
+    if (type == at::kFloat) {
+      const float* in = value.data_ptr<float>();
+      float* out = result.data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) out[i] = -1.0f - in[i];
+    } else {
+      const double* in = value.data_ptr<double>();
+      double* out = result.data_ptr<double>();
+      for (int64_t i = 0; i < n; ++i) out[i] = -1.0 - in[i];
+    }
+    return result;
+  }
+  return at::rsub(value, -1.0);
+}
+
 }  // namespace
 
 std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected) {
@@ -54,7 +78,7 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
 }
 
 std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
-                                       at::Generator& generator) {
+                                       absl::FunctionRef<at::Generator&()> generator) {
   const bool floating = value.is_floating_point() || value.is_complex();
   if (value.scalar_type() == at::kBool) {
     switch (attempt) {
@@ -73,17 +97,13 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
         return std::nullopt;
     }
   }
+  if (attempt == 0) return floating ? MinusOneMinus(value) : value + 1;
   if (attempt < kArithmeticPerturbations) {
-    const double magnitude = floating ? value.abs().max().item<double>() + 1.0 : 0.0;
-    switch (attempt) {
-      case 0:
-        return floating ? at::rsub(value, -1.0) : value + 1;  // -1 - value, one kernel
-      case 1:
-        return floating ? value + 1000.0 * magnitude : value - 1;
-      default:
-        return floating ? at::randn(value.sizes(), generator, value.options()) * (3.0 * magnitude)
-                        : -value;
-    }
+    if (!floating) return attempt == 1 ? value - 1 : -value;
+    const double magnitude = value.abs().max().item<double>() + 1.0;
+    return attempt == 1
+               ? value + 1000.0 * magnitude
+               : at::randn(value.sizes(), generator(), value.options()) * (3.0 * magnitude);
   }
   // NOTE [Perturbations that can prove]: values that do not depend on the old ones.
   switch (attempt - kArithmeticPerturbations) {
@@ -98,7 +118,7 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
       return changed;
     }
     case 3:
-      return floating ? at::randn(value.sizes(), generator, value.options())
+      return floating ? at::randn(value.sizes(), generator(), value.options())
                       : at::full_like(value, -1);
     case 4:
       return floating ? at::full_like(value, std::numeric_limits<double>::infinity())

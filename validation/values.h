@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "absl/functional/function_ref.h"
+
 namespace torchlens {
 
 // nullopt when `actual` is bit-identical to `expected` (NOTE [Bitwise equality]);
@@ -28,9 +30,10 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
 // unproved, never as failures.
 
 // The `attempt`-th perturbation (0, 1, ...) of a saved value, cheapest first; nullopt when
-// there are no more. Random ones draw from `generator`.
+// there are no more. Random ones draw from the generator `generator()` returns, which is
+// called only for them (seeding a generator costs more than most perturbations).
 std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
-                                       at::Generator& generator);
+                                       absl::FunctionRef<at::Generator&()> generator);
 
 // Whether every element of a floating or complex strided tensor is finite (true for other
 // tensors, and when the check itself fails).
