@@ -177,6 +177,15 @@ bool Fits(const TensorGeometry& geometry, const at::Tensor& value) {
          !value.is_quantized();
 }
 
+// Whether nothing but the call's arguments holds `t` or its memory: a perturbation made
+// for this replay, never a saved value (the trace holds those). Writing it in place writes
+// no captured data, so it needs no clone (NOTE [Replay never writes captured data]).
+// MapTensors hands the callback the argument list's own reference, so a tensor nothing
+// else holds has a count of one; a saved value is also held by its trace.
+bool OwnedByTheCall(const at::Tensor& t) {
+  return t.use_count() == 1 && t.storage().use_count() == 1 && !t.is_view();
+}
+
 // Runs the op on `args` as given, or on clones of what it writes (`clone_written`).
 absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bool clone_written) {
   absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
@@ -197,8 +206,9 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bo
     const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
     const bool state = updating && IsStateArgument(*fused, static_cast<int>(i));
     if ((clone_written && alias != nullptr && alias->isWrite()) || state) {
-      args[i] = MapTensors(
-          args[i], [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; });
+      args[i] = MapTensors(args[i], [](const at::Tensor& t) {
+        return !t.defined() || OwnedByTheCall(t) ? t : t.detach().clone();
+      });
       if (state && args[i].isTensor()) {
         result.state_after.emplace_back(static_cast<int>(i), args[i].toTensor());
       }

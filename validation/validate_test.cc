@@ -15,6 +15,7 @@
 #include "testdata/testdata.h"
 #include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
+#include "validation/replay.h"
 
 namespace torchlens {
 namespace {
@@ -367,6 +368,65 @@ TEST(ValidateTest, SeveralThreadsGiveTheSameReport) {
   }
   EXPECT_EQ(ValidateForwardPass(Capture("mlp"), ValidationOptions{0}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// NOTE [Replay never writes captured data]: validating a trace of in-place ops (each
+// replayed and perturbed) leaves every saved value as it was.
+TEST(ValidateTest, ValidationWritesNoSavedValue) {
+  for (const std::string name : {"inplace_activation", "bn_loop_train", "view_write_partial"}) {
+    SCOPED_TRACE(name);
+    const Trace trace = Capture(name);
+    std::vector<std::pair<at::Tensor, at::Tensor>> saved;  // (saved value, copy of it)
+    for (const Op& op : trace.ops()) {
+      for (const at::Tensor& out : op.outs.ToVector()) {
+        if (out.defined()) saved.emplace_back(out, out.clone());
+      }
+      for (const c10::IValue& arg : op.creation_args) {
+        if (arg.isTensor() && arg.toTensor().defined()) {
+          saved.emplace_back(arg.toTensor(), arg.toTensor().clone());
+        }
+      }
+    }
+    ASSERT_FALSE(saved.empty());
+    absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+    for (const auto& [value, copy] : saved) EXPECT_TRUE(at::equal(value, copy));
+  }
+}
+
+// A written argument that only the call holds (a perturbation) is written in place; a
+// saved one is cloned first and stays as it was.
+TEST(ReplayTest, OnlyArgumentsTheTraceHoldsAreCloned) {
+  struct InplaceImpl : torch::nn::Module {
+    torch::Tensor forward(torch::Tensor x) { return (x * 2).relu_(); }
+  };
+  auto net = std::make_shared<InplaceImpl>();
+  CaptureGuard guard(*net);
+  const torch::Tensor out = net->forward(torch::tensor({-1.0f, 2.0f}));
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const Op* relu = nullptr;
+  for (const Op& op : trace->ops()) {
+    if (op.func_name == "aten::relu_") relu = &op;
+  }
+  ASSERT_NE(relu, nullptr);
+
+  const at::Tensor saved = relu->creation_args[0].toTensor();
+  absl::StatusOr<ReplayResult> replay = ReplayOp(*relu, {saved});
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_NE(replay->outputs[0].data_ptr(), saved.data_ptr());
+  EXPECT_TRUE(at::equal(saved, torch::tensor({-2.0f, 4.0f})));
+  EXPECT_TRUE(at::equal(replay->outputs[0], torch::tensor({0.0f, 4.0f})));
+
+  at::Tensor fresh = torch::tensor({3.0f, -5.0f});
+  const void* fresh_data = fresh.data_ptr();
+  std::vector<c10::IValue> args;
+  args.emplace_back(std::move(fresh));
+  replay = ReplayOp(*relu, std::move(args));
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->outputs[0].data_ptr(), fresh_data);
+  EXPECT_TRUE(at::equal(replay->outputs[0], torch::tensor({3.0f, 0.0f})));
 }
 
 }  // namespace
