@@ -14,6 +14,7 @@
 // glibc's malloc adapts its mmap and trim thresholds to the allocation pattern, which
 // skews small-model timings 2-4x from run to run; the bench pins both (mallopt) first.
 // Every timed run also pays for its own frees: see NOTE [Each run pays for its own frees].
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -45,10 +46,14 @@
 #include "tools/flag_parser.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
+#include "torchlens_dispatch/ops/exemptions.h"
+#include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/script_runner.h"
 #include "validation/intervene.h"
+#include "validation/replay.h"
 #include "validation/validate.h"
+#include "validation/values.h"
 
 namespace torchlens {
 namespace {
@@ -250,6 +255,51 @@ absl::Status EnsureModels(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// The kernel calls validation cannot avoid (README "Validation", its cost): each op with
+// saved values once on its saved arguments, and once more per parent whose perturbation it
+// checks, with that parent's tensors replaced by their first perturbation. Parents read
+// only for their shape or as indexes, and a fused mutator's running statistics, are not
+// perturbed (validate.cc). Built before timing, so the floor row times the calls alone.
+struct ReplayCall {
+  const Op* op;
+  std::vector<c10::IValue> args;
+};
+std::vector<ReplayCall> ValidationFloorCalls(const Trace& trace) {
+  std::vector<ReplayCall> calls;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(1);
+  for (const Op& op : trace.ops()) {
+    if (!op.is_compute() || !op.saved()) continue;
+    calls.push_back(
+        {&op, ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& t) { return t; })});
+    const FusedMutator* fused = FindFusedMutator(op.func_name);
+    const bool updating = fused != nullptr &&
+                          UpdatesState(*fused, c10::ArrayRef<c10::IValue>(op.creation_args.data(),
+                                                                          op.creation_args.size()));
+    const std::vector<int> first = FirstTensorOfArguments(op);
+    absl::flat_hash_set<int> state_tensors;
+    for (int a = 0; updating && a < static_cast<int>(first.size()); ++a) {
+      if (IsStateArgument(*fused, a) && first[a] >= 0) state_tensors.insert(first[a]);
+    }
+    for (const std::string& parent : op.parents) {
+      bool perturbed = false;
+      std::vector<c10::IValue> args =
+          ReplayArguments(op, [&](int index, const ArgSource& source, const at::Tensor& t) {
+            if (source.kind != ArgSource::Kind::kNode || source.name != parent ||
+                ShapeOnly(op.func_name, index) || UncheckedIndex(op.func_name, index) ||
+                state_tensors.contains(index) || !t.defined() || t.numel() == 0) {
+              return t;
+            }
+            std::optional<at::Tensor> changed =
+                Perturbation(t, 0, [&]() -> at::Generator& { return generator; });
+            perturbed = perturbed || changed.has_value();
+            return changed.value_or(t);
+          });
+      if (perturbed) calls.push_back({&op, std::move(args)});
+    }
+  }
+  return calls;
+}
+
 nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   torch::jit::Module model = *LoadTorchScript(absl::StrCat(options.models_dir, "/", spec.file));
   model.train(spec.train);
@@ -324,6 +374,17 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
   }
   if (spec.rows == Rows::kAll) {
     configs.push_back({"validate", [&] { (void)ValidateForwardPass(*reference); }, {}});
+    // Built once, outside the timing; each timed run copies the argument lists (reference
+    // counts) so that a written argument is cloned as validation clones saved values.
+    std::shared_ptr<const std::vector<ReplayCall>> floor_calls =
+        std::make_shared<const std::vector<ReplayCall>>(ValidationFloorCalls(*reference));
+    configs.push_back({"validate_floor",
+                       [floor_calls] {
+                         for (const ReplayCall& call : *floor_calls) {
+                           (void)ReplayOp(*call.op, call.args);
+                         }
+                       },
+                       {}});
     configs.push_back({"validate_2_threads",
                        [&] { (void)ValidateForwardPass(*reference, ValidationOptions{2}); },
                        {}});
