@@ -379,6 +379,16 @@ absl::Status Invalid(ArchiveKind kind, absl::string_view why) {
 
 }  // namespace
 
+bool InCodeFolder(absl::string_view name) { return absl::StartsWithIgnoreCase(name, "code/"); }
+
+ScriptRecord ScriptRecordKind(absl::string_view name) {
+  if (absl::EqualsIgnoreCase(name, "constants.pkl")) return ScriptRecord::kConstants;
+  if (!InCodeFolder(name)) return ScriptRecord::kOther;
+  if (absl::EndsWithIgnoreCase(name, ".py")) return ScriptRecord::kCode;
+  if (absl::EndsWithIgnoreCase(name, ".debug_pkl")) return ScriptRecord::kDebugInfo;
+  return ScriptRecord::kOther;
+}
+
 absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, ArchiveKind kind) {
   absl::StatusOr<ZipArchive> zip = ZipArchive::Open(bytes);
   if (!zip.ok()) return Invalid(kind, zip.status().message());
@@ -398,12 +408,10 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
     for (const ZipArchive::Entry& entry : zip->entries()) {
       absl::string_view name = entry.name;
       if (!absl::ConsumePrefix(&name, zip->prefix())) continue;
-      // LibTorch's reader finds records without regard to case ("CONSTANTS.pkl" is read as
-      // "constants.pkl"): select them as it does.
-      const bool code = absl::StartsWithIgnoreCase(name, "code/");
-      has_code = has_code || code;
-      const bool constants = absl::EqualsIgnoreCase(name, "constants.pkl");
-      if (!constants && !(code && absl::EndsWithIgnoreCase(name, ".debug_pkl"))) continue;
+      has_code = has_code || InCodeFolder(name);
+      const ScriptRecord record = ScriptRecordKind(name);
+      const bool constants = record == ScriptRecord::kConstants;
+      if (!constants && record != ScriptRecord::kDebugInfo) continue;
       absl::StatusOr<RunPickleRecord> other =
           CheckPickleRecord(*zip, entry, constants ? "constants/" : "", options);
       if (!other.ok()) return Invalid(kind, other.status().message());

@@ -49,6 +49,23 @@ struct CheckedArchive {
 // TorchScript archive: ...") naming what is wrong. `bytes` must outlive the result.
 absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, ArchiveKind kind);
 
+// The records of a TorchScript archive that LibTorch reads as more than bytes: the code it
+// compiles, the debug information its error messages unpickle and the constants pickle.
+enum class ScriptRecord {
+  kOther,
+  kCode,       // code/**.py
+  kDebugInfo,  // code/**.debug_pkl
+  kConstants,  // constants.pkl
+};
+
+// What `name`, a record's name inside the archive's folder, is to LibTorch. Its reader
+// finds records without regard to case ("coDe/__torch__.PY" is read as
+// "code/__torch__.py"), so every check selects them the same way.
+ScriptRecord ScriptRecordKind(absl::string_view name);
+
+// Whether `name` lies in the code folder (without regard to case, as ScriptRecordKind).
+bool InCodeFolder(absl::string_view name);
+
 }  // namespace torchlens
 
 #endif  // TORCHLENS_GRAPH_ARCHIVE_CHECK_H_

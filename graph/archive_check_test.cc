@@ -392,6 +392,19 @@ TEST(ArchiveCheckTest, RecordsAreSelectedWithoutRegardToCaseAsLibTorchFindsThem)
                   .ok());
 }
 
+TEST(ArchiveCheckTest, ScriptRecordKindIgnoresCase) {
+  EXPECT_EQ(ScriptRecordKind("code/__torch__.py"), ScriptRecord::kCode);
+  EXPECT_EQ(ScriptRecordKind("coDe/__torch__/m.PY"), ScriptRecord::kCode);
+  EXPECT_EQ(ScriptRecordKind("CODE/__torch__.py.Debug_Pkl"), ScriptRecord::kDebugInfo);
+  EXPECT_EQ(ScriptRecordKind("Constants.PKL"), ScriptRecord::kConstants);
+  EXPECT_EQ(ScriptRecordKind("code/constants.pkl"), ScriptRecord::kOther);
+  EXPECT_EQ(ScriptRecordKind("data/0"), ScriptRecord::kOther);
+  EXPECT_EQ(ScriptRecordKind("code/__torch__.pyc"), ScriptRecord::kOther);
+  EXPECT_EQ(ScriptRecordKind("xcode/__torch__.py"), ScriptRecord::kOther);
+  EXPECT_TRUE(InCodeFolder("Code/anything"));
+  EXPECT_FALSE(InCodeFolder("data.pkl"));
+}
+
 // LibTorch's reader hands out uninitialized bytes for a record that fails its CRC; a
 // debug record read that way ended the process (fuzzing, corpus seed crc_debug_record.pt).
 TEST(ArchiveCheckTest, EntriesThatFailTheirCrcAreRefused) {

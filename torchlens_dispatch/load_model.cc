@@ -76,11 +76,8 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
           absl::StrCat(name, " has a record outside its archive folder '", checked->zip.prefix(),
                        "': '", entry.name, "'; expected ", kExpected));
     }
-    // LibTorch's reader finds "code/__torch__.py" under any case ("coDe/__torch__.PY"):
-    // the checks select records as it does.
-    if (!absl::StartsWithIgnoreCase(record, "code/")) continue;
-    const bool code = absl::EndsWithIgnoreCase(record, ".py"),
-               debug = absl::EndsWithIgnoreCase(record, ".debug_pkl");
+    const ScriptRecord kind = ScriptRecordKind(record);
+    const bool code = kind == ScriptRecord::kCode, debug = kind == ScriptRecord::kDebugInfo;
     if (!code && !debug) continue;
     absl::StatusOr<std::string> bytes = checked->zip.Read(entry);
     absl::Status s = !bytes.ok() ? bytes.status()

@@ -92,7 +92,7 @@ bool ConsumesRandomness(const Op& op) {
   return handle.ok() && ConsumesRandomness(*handle);
 }
 
-std::vector<c10::IValue> ReplayArguments(const Op& op, const ArgumentValue& value) {
+std::vector<c10::IValue> ReplayArguments(const Op& op, ArgumentValue value) {
   std::vector<c10::IValue> args;
   args.reserve(op.creation_args.size());
   int index = 0;

@@ -31,6 +31,7 @@
 #include <functional>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/trace.h"
@@ -48,10 +49,10 @@ struct ReplayResult {
 // The tensor to pass for one tensor argument of `op` (index in ForEachTensor order over
 // `op.creation_args`, its source, and the value saved at capture time).
 using ArgumentValue =
-    std::function<at::Tensor(int index, const ArgSource& source, const at::Tensor& saved)>;
+    absl::FunctionRef<at::Tensor(int index, const ArgSource& source, const at::Tensor& saved)>;
 
 // `op.creation_args` with each tensor replaced by `value(...)`.
-std::vector<c10::IValue> ReplayArguments(const Op& op, const ArgumentValue& value);
+std::vector<c10::IValue> ReplayArguments(const Op& op, ArgumentValue value);
 
 // Runs `op` on `args`. kFailedPrecondition when the trace holds no saved arguments;
 // kNotFound when the operator is not registered in this process; kInternal with the

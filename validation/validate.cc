@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -155,6 +156,7 @@ class Validator {
   // The saved tensors inside op.creation_args, in ForEachTensor order.
   static std::vector<at::Tensor> SavedArguments(const Op& op) {
     std::vector<at::Tensor> tensors;
+    tensors.reserve(op.arg_sources.size());
     for (const c10::IValue& arg : op.creation_args) {
       ForEachTensor(arg, [&](const at::Tensor& t) { tensors.push_back(t); });
     }
@@ -177,8 +179,8 @@ class Validator {
     ++ops_checked_;
     // Edges: the parents are the argument sources, then the earlier values of the tensors
     // the op changed through aliases; each argument is its parent's value.
-    std::vector<std::string> expected_parents;
-    auto add_parent = [&](const std::string& label) {
+    absl::InlinedVector<absl::string_view, 4> expected_parents;  // views of op's labels
+    auto add_parent = [&](absl::string_view label) {
       if (std::find(expected_parents.begin(), expected_parents.end(), label) ==
           expected_parents.end()) {
         expected_parents.push_back(label);
@@ -190,7 +192,8 @@ class Validator {
     for (const AliasWrite& write : op.alias_writes) {
       if (write.before.kind == ArgSource::Kind::kNode) add_parent(write.before.name);
     }
-    if (expected_parents != op.parents) {
+    if (!std::equal(expected_parents.begin(), expected_parents.end(), op.parents.begin(),
+                    op.parents.end())) {
       Fail(op, absl::StrCat("wrong parents: the graph names [", absl::StrJoin(op.parents, ", "),
                             "] but the arguments came from [",
                             absl::StrJoin(expected_parents, ", "), "]"));
@@ -243,7 +246,7 @@ class Validator {
     }
     CheckAliasWrites(op);
     CheckFusedTransitions(op, *replay);
-    if (!Uninitialized(op.func_name)) CheckPerturbations(op, *replay);
+    if (!Uninitialized(op.func_name)) CheckPerturbations(op, saved, *replay);
   }
 
   // NOTE [Writes through aliases]: each tensor the op changed through an alias must be
@@ -311,7 +314,9 @@ class Validator {
     }
   }
 
-  void CheckPerturbations(const Op& op, const ReplayResult& unperturbed) {
+  // `saved`: the op's saved tensor arguments (SavedArguments).
+  void CheckPerturbations(const Op& op, const std::vector<at::Tensor>& saved,
+                          const ReplayResult& unperturbed) {
     // An op whose tensor outputs are all empty has no value a parent could change.
     if (!unperturbed.outputs.empty() &&
         std::all_of(unperturbed.outputs.begin(), unperturbed.outputs.end(),
@@ -331,7 +336,6 @@ class Validator {
         }
       }
     }
-    const std::vector<at::Tensor> saved = SavedArguments(op);
     for (const std::string& parent : op.parents) {
       // The tensor arguments that come from this parent and can matter.
       std::vector<int> indexes;

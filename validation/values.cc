@@ -1,6 +1,7 @@
 #include "validation/values.h"
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 
 #include <limits>
 
@@ -24,7 +25,9 @@ at::Tensor MinusOneMinus(const at::Tensor& value) {
   const at::ScalarType type = value.scalar_type();
   if (value.device().is_cpu() && value.layout() == at::kStrided && value.is_contiguous() &&
       (type == at::kFloat || type == at::kDouble)) {
-    at::Tensor result = at::empty(value.sizes(), value.options());
+    // Straight to the CPU allocator: the dispatcher's way to at::empty costs more than
+    // the loop below for the small tensors this is for.
+    at::Tensor result = at::detail::empty_cpu(value.sizes(), type);
     const int64_t n = value.numel();
     if (type == at::kFloat) {
       const float* in = value.data_ptr<float>();

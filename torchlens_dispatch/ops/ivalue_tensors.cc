@@ -11,7 +11,7 @@ bool ContainsTensor(const c10::IValue& value) {
 }
 
 c10::IValue MapTensors(const c10::IValue& value,
-                       const std::function<at::Tensor(const at::Tensor&)>& replace) {
+                       absl::FunctionRef<at::Tensor(const at::Tensor&)> replace) {
   if (value.isTensor()) return replace(value.toTensor());
   if (!ContainsTensor(value)) return value;
   if (value.isList()) {

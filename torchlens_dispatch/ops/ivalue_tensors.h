@@ -11,7 +11,7 @@
 
 #include <ATen/core/ivalue.h>
 
-#include <functional>
+#include "absl/functional/function_ref.h"
 
 namespace torchlens {
 
@@ -38,7 +38,7 @@ bool ContainsTensor(const c10::IValue& value);
 // A copy of `value` whose tensors are replaced, in `ForEachTensor` order, by
 // `replace(const at::Tensor&) -> at::Tensor`. Containers without tensors are shared.
 c10::IValue MapTensors(const c10::IValue& value,
-                       const std::function<at::Tensor(const at::Tensor&)>& replace);
+                       absl::FunctionRef<at::Tensor(const at::Tensor&)> replace);
 
 }  // namespace torchlens
 
