@@ -361,8 +361,9 @@ class Validator {
       if (empty) continue;
       // A product's other factor that is all zeros (stochastic depth's dropped block,
       // ZeroedByAnotherArgument) exempts the edge. Scanning that factor costs kernels, so
-      // it is asked only when the first perturbation did not already prove the edge: a
-      // finite perturbation times zero is zero, so the answer is the same.
+      // it is asked only when the first perturbation did not prove the edge. Either way
+      // the edge is no failure; one the first perturbation changed is counted as proved
+      // (times zero it can still flip the sign of a zero, which bitwise equality sees).
       const auto zeroed = [&] { return ZeroedByAnotherArgument(op.func_name, saved, indexes); };
       if (!unperturbable.empty()) {
         if (zeroed()) continue;
