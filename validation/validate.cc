@@ -5,6 +5,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -54,9 +55,11 @@ bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
 
 // NOTE [Validating on several threads]
 // Every op is checked from its own saved values, so ops can be checked in any order and on
-// any thread. Each thread runs a Validator over the ops whose position is its number
-// modulo the thread count; each op's perturbations draw from a generator seeded with the
-// op's position, so the report does not depend on the thread count. Lines are tagged with
+// any thread. Each thread runs a Validator that takes the next unchecked op from a shared
+// counter until none is left (ops differ in cost by orders of magnitude, a convolution
+// against a view, so a fixed split leaves one thread idle); each op's perturbations draw
+// from a generator seeded with the op's position, so the report does not depend on the
+// thread count or on which thread checked which op. Lines are tagged with
 // the position of the op they are about and merged in trace order. Buffer versions are
 // checked afterwards, on one thread, from what the ops' checks established.
 class Validator {
@@ -66,12 +69,14 @@ class Validator {
   explicit Validator(const Trace& trace)
       : trace_(trace), generator_(at::make_generator<at::CPUGeneratorImpl>(kSeed)) {}
 
-  // Checks the ops and outputs at positions `first`, `first + stride`, ...
-  void CheckOps(size_t first, size_t stride) {
+  // Checks ops and outputs, each at the position `next` hands out, until it passes the
+  // end; `next` is shared by the threads validating the same trace.
+  void CheckOps(std::atomic<size_t>* next) {
     // Replay must not be captured, also on worker threads (the key set is thread-local).
     c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
     const std::vector<Op>& ops = trace_.ops();
-    for (size_t i = first; i < ops.size(); i += stride) {
+    for (size_t i = next->fetch_add(1, std::memory_order_relaxed); i < ops.size();
+         i = next->fetch_add(1, std::memory_order_relaxed)) {
       const Op& op = ops[i];
       position_ = i;
       seeded_ = false;
@@ -550,11 +555,12 @@ absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace,
   std::vector<Validator> workers;
   workers.reserve(threads);
   for (size_t t = 0; t < threads; ++t) workers.emplace_back(trace);
+  std::atomic<size_t> next{0};  // the position of the next op to check
   std::vector<std::thread> running;
   for (size_t t = 1; t < threads; ++t) {
-    running.emplace_back([&workers, t, threads] { workers[t].CheckOps(t, threads); });
+    running.emplace_back([&workers, &next, t] { workers[t].CheckOps(&next); });
   }
-  workers[0].CheckOps(0, threads);
+  workers[0].CheckOps(&next);
   for (std::thread& thread : running) thread.join();
   for (size_t t = 1; t < threads; ++t) workers[0].Merge(std::move(workers[t]));
   return workers[0].Finish();
