@@ -46,11 +46,10 @@
 #include "tools/flag_parser.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
-#include "torchlens_dispatch/ops/exemptions.h"
-#include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/script_runner.h"
 #include "validation/intervene.h"
+#include "validation/perturbed_tensors.h"
 #include "validation/replay.h"
 #include "validation/validate.h"
 #include "validation/values.h"
@@ -257,9 +256,9 @@ absl::Status EnsureModels(const std::string& dir) {
 
 // The kernel calls validation cannot avoid (README "Validation", its cost): each op with
 // saved values once on its saved arguments, and once more per parent whose perturbation it
-// checks, with that parent's tensors replaced by their first perturbation. Parents read
-// only for their shape or as indexes, and a fused mutator's running statistics, are not
-// perturbed (validate.cc). Built before timing, so the floor row times the calls alone.
+// checks, with that parent's tensors (PerturbedTensorsByParent, as validation picks them)
+// replaced by their first perturbation. Built before timing, so the floor row times the
+// calls alone.
 struct ReplayCall {
   const Op* op;
   std::vector<c10::IValue> args;
@@ -271,22 +270,13 @@ std::vector<ReplayCall> ValidationFloorCalls(const Trace& trace) {
     if (!op.is_compute() || !op.saved()) continue;
     calls.push_back(
         {&op, ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& t) { return t; })});
-    const FusedMutator* fused = FindFusedMutator(op.func_name);
-    const bool updating = fused != nullptr &&
-                          UpdatesState(*fused, c10::ArrayRef<c10::IValue>(op.creation_args.data(),
-                                                                          op.creation_args.size()));
-    const std::vector<int> first = FirstTensorOfArguments(op);
-    absl::flat_hash_set<int> state_tensors;
-    for (int a = 0; updating && a < static_cast<int>(first.size()); ++a) {
-      if (IsStateArgument(*fused, a) && first[a] >= 0) state_tensors.insert(first[a]);
-    }
-    for (const std::string& parent : op.parents) {
+    const std::vector<std::vector<int>> perturbed_tensors = PerturbedTensorsByParent(op);
+    for (const std::vector<int>& indexes : perturbed_tensors) {
       bool perturbed = false;
       std::vector<c10::IValue> args =
-          ReplayArguments(op, [&](int index, const ArgSource& source, const at::Tensor& t) {
-            if (source.kind != ArgSource::Kind::kNode || source.name != parent ||
-                ShapeOnly(op.func_name, index) || UncheckedIndex(op.func_name, index) ||
-                state_tensors.contains(index) || !t.defined() || t.numel() == 0) {
+          ReplayArguments(op, [&](int index, const ArgSource&, const at::Tensor& t) {
+            if (std::find(indexes.begin(), indexes.end(), index) == indexes.end() || !t.defined() ||
+                t.numel() == 0) {
               return t;
             }
             std::optional<at::Tensor> changed =

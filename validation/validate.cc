@@ -27,8 +27,8 @@
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/exemptions.h"
-#include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "validation/perturbed_tensors.h"
 #include "validation/replay.h"
 #include "validation/values.h"
 
@@ -328,30 +328,11 @@ class Validator {
                     [](const at::Tensor& t) { return t.defined() && t.numel() == 0; })) {
       return;
     }
-    const FusedMutator* fused = FindFusedMutator(op.func_name);
-    const bool updating = fused != nullptr && UpdatesState(*fused, Arguments(op));
-    // Tensor indexes that are fused state arguments.
-    absl::flat_hash_set<int> state_tensors;
-    if (updating) {
-      const std::vector<int> first = FirstTensorOfArguments(op);
-      for (int s = 0; s < fused->num_state_arguments; ++s) {
-        const int argument = fused->state_arguments[s];
-        if (argument < static_cast<int>(first.size()) && first[argument] >= 0) {
-          state_tensors.insert(first[argument]);
-        }
-      }
-    }
-    for (const std::string& parent : op.parents) {
+    const std::vector<std::vector<int>> perturbed_tensors = PerturbedTensorsByParent(op);
+    for (size_t p = 0; p < op.parents.size(); ++p) {
+      const std::string& parent = op.parents[p];
       // The tensor arguments that come from this parent and can matter.
-      std::vector<int> indexes;
-      for (int i = 0; i < static_cast<int>(op.arg_sources.size()); ++i) {
-        const ArgSource& source = op.arg_sources[i];
-        if (source.kind == ArgSource::Kind::kNode && source.name == parent &&
-            !ShapeOnly(op.func_name, i) && !UncheckedIndex(op.func_name, i) &&
-            !state_tensors.contains(i)) {
-          indexes.push_back(i);
-        }
-      }
+      const std::vector<int>& indexes = perturbed_tensors[p];
       if (indexes.empty()) continue;
       bool empty = true;
       std::string unperturbable;
