@@ -9,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
+#include "graph/trace_file.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
 #include "testdata/trace_testing.h"
@@ -372,10 +376,23 @@ TEST(ValidateTest, SeveralThreadsGiveTheSameReport) {
 
 // NOTE [Replay never writes captured data]: validating a trace of in-place ops (each
 // replayed and perturbed) leaves every saved value as it was.
+// Also for a trace read back from its file, whose values are tensors over the file's
+// mapping (NOTE [Values read on use]).
 TEST(ValidateTest, ValidationWritesNoSavedValue) {
-  for (const std::string name : {"inplace_activation", "bn_loop_train", "view_write_partial"}) {
+  for (const std::string name :
+       {"inplace_activation", "bn_loop_train", "view_write_partial", "inplace_activation@file"}) {
     SCOPED_TRACE(name);
-    const Trace trace = Capture(name);
+    Trace trace;
+    if (absl::EndsWith(name, "@file")) {
+      CaptureOptions options;
+      options.trace_file = absl::StrCat(::testing::TempDir(), "/validate_writes_nothing.pt");
+      (void)Capture(std::string(absl::StripSuffix(name, "@file")), options);
+      absl::StatusOr<Trace> loaded = LoadTrace(options.trace_file);
+      ASSERT_TRUE(loaded.ok()) << loaded.status();
+      trace = *std::move(loaded);
+    } else {
+      trace = Capture(name);
+    }
     std::vector<std::pair<at::Tensor, at::Tensor>> saved;  // (saved value, copy of it)
     for (const Op& op : trace.ops()) {
       for (const at::Tensor& out : op.outs.ToVector()) {
