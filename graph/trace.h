@@ -267,7 +267,7 @@ struct TraceDiagnostic {
 // Counters of what the capture did, for tests and the benchmark.
 struct CaptureStats {
   int64_t user_ops = 0;              // dispatched calls recorded as op nodes
-  int64_t nested_ops = 0;            // calls made inside them that the capture observed
+  int64_t nested_ops = 0;            // calls made inside them that declare a write, checked
   int64_t buffer_slot_reads = 0;     // reads of TorchScript buffer slots (reassignment checks)
   int64_t copy_on_write_clones = 0;  // saved values copied before an in-place write
   int64_t marked_sites = 0;          // TorchScript ops located by site markers

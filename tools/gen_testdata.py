@@ -453,6 +453,19 @@ class DoubleReassign(nn.Module):
         return self.h - 1.0
 
 
+class ReassignedStatistics(nn.Module):
+    """Running statistics reassigned, then updated by a fused batch_norm in training."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(2))
+        self.register_buffer("var", torch.ones(2))
+
+    def forward(self, x):
+        self.mean = x[0] * 1.0
+        return F.batch_norm(x, self.mean, self.var, training=True, momentum=0.5)
+
+
 class PlainAttribute(nn.Module):
     """A tensor attribute that is not a registered buffer, used and returned."""
 
@@ -862,6 +875,7 @@ def models():
         "shared_storage": (SharedStorage, [torch.tensor([10.0, 20.0])], False),
         "transposed_write": (TransposedWrite, [torch.tensor([[1.0, 2.0], [3.0, 4.0]])], False),
         "double_reassign": (DoubleReassign, [torch.tensor([1.0, 2.0])], False),
+        "reassigned_statistics": (ReassignedStatistics, [rand(3, 2)], True),
         "plain_attribute": (PlainAttribute, [rand(2, 3)], False),
         "return_param": (ReturnParam, [rand(1, 2)], False),
         "set_storage": (SetStorage, [torch.tensor([1.0, 2.0, 3.0])], False),

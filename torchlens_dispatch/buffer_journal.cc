@@ -4,7 +4,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/saved_copy.h"
@@ -18,6 +21,35 @@ namespace {
 // a fraction of clone() (README "Performance": where a capture's time goes).
 at::Tensor Snapshot(const at::Tensor& tensor) {
   return CopyOfSaved(tensor.requires_grad() ? tensor.detach() : tensor);
+}
+
+// NOTE [Reassigned values by reference]
+// A recurrent state reassigned at every step (`self.h = torch.tanh(...)`) gets a version
+// per step. Without saved values and without a sink, a version's value is needed only as
+// the buffer's `latest`: to tell whether a later fused write changed it, whether the
+// buffer changed without a journaled write by the end of capture, and as its final
+// value. Copying each step's new tensor for that cost a third of the journal's time on a
+// recurrent model. The reassigned tensor itself is kept instead, with a fingerprint of its
+// bytes, and copied only when something needs its value as of then:
+//   - before a journaled write to the buffer (NoteWrite, which runs before the op does);
+//   - at the end of capture, as the final value, after the fingerprint of the tensor then
+//     was compared with the one taken at the reassignment (a raw write through data_ptr
+//     or set_data in between is an unjournaled change, NOTE [Unjournaled buffer changes],
+//     and the final value is then the value at the end, the only one left);
+//   - before an early stop restores the buffers.
+// A reassignment replaces `latest` without copying the former one: nothing needs it. The
+// fingerprint is a 64-bit hash, so a changed value is missed with probability 2^-64.
+// Contiguous dense CPU tensors qualify; others are copied at once, as before.
+bool Fingerprintable(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.layout() == at::kStrided && tensor.device().is_cpu() &&
+         tensor.has_storage() && tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg() &&
+         !tensor.is_quantized() && tensor.data_ptr() != nullptr;
+}
+
+size_t Fingerprint(const at::Tensor& tensor) {
+  const absl::string_view bytes(static_cast<const char*>(tensor.data_ptr()), tensor.nbytes());
+  return absl::HashOf(bytes, absl::MakeConstSpan(tensor.sizes().data(), tensor.sizes().size()),
+                      static_cast<int>(tensor.scalar_type()));
 }
 
 }  // namespace
@@ -87,6 +119,7 @@ void BufferJournal::NoteWrite(const at::Tensor& written, WriteKind kind, int32_t
       continue;
     }
     Read(buffer);  // the version the write replaces
+    CopyLatest(buffers_[buffer]);
     pending_.push_back(PendingWrite{buffer, kind, written_tensor, written});
   }
 }
@@ -114,6 +147,7 @@ void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> re
         record_->AddBufferVersion(pending.buffer, pending.kind, &source, value, changed, slot);
     state.version = version;
     state.latest = std::move(value);
+    state.latest_is_holder = false;
   }
   pending_.clear();
 }
@@ -214,9 +248,21 @@ void BufferJournal::OnReassign(int32_t buffer, const at::Tensor& tensor) {
   // version's producer.
   const SourceRecord producer = tensors_->SourceOf(tensor);
   SetHolder(buffer, tensor);
-  AddVersion(buffer, WriteKind::kReassign,
-             producer.kind == SourceRecord::Kind::kNode ? &producer : nullptr, Snapshot(tensor),
-             std::nullopt);
+  const SourceRecord* source = producer.kind == SourceRecord::Kind::kNode ? &producer : nullptr;
+  if (!save_ && !record_->streams() && Fingerprintable(tensor)) {
+    // See NOTE [Reassigned values by reference].
+    AddVersion(buffer, WriteKind::kReassign, source, tensor, std::nullopt);
+    state.latest_is_holder = true;
+    state.holder_fingerprint = Fingerprint(tensor);
+    return;
+  }
+  AddVersion(buffer, WriteKind::kReassign, source, Snapshot(tensor), std::nullopt);
+}
+
+void BufferJournal::CopyLatest(State& state) {
+  if (!state.latest_is_holder) return;
+  state.latest = Snapshot(state.latest);
+  state.latest_is_holder = false;
 }
 
 int32_t BufferJournal::AddVersion(int32_t buffer, std::optional<WriteKind> kind,
@@ -226,12 +272,14 @@ int32_t BufferJournal::AddVersion(int32_t buffer, std::optional<WriteKind> kind,
   const int32_t slot = save_ ? record_->AddSlot(value) : -1;
   state.version = record_->AddBufferVersion(buffer, kind, producer, value, changed, slot);
   state.latest = std::move(value);
+  state.latest_is_holder = false;
   return state.version;
 }
 
 void BufferJournal::RestoreInitialState() {
   restored_ = true;
   const CaptureRecord& record = record_->record();
+  for (State& state : buffers_) CopyLatest(state);  // the values the forward left
   for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {
     State& state = buffers_[buffer];
     if (!state.original.defined()) continue;
@@ -264,9 +312,19 @@ absl::Status BufferJournal::Finish(bool allow_unjournaled) {
   // A buffer whose value at the end differs from its last recorded version changed in a
   // way capture could not see (set_data, a raw write): Finish reports it (README
   // "Unjournaled buffer changes").
-  for (const State& state : buffers_) {
+  for (State& state : buffers_) {
     const at::Tensor now = CurrentBuffer(*state.entry);
-    if (!now.defined() || BitIdentical(now, state.latest)) continue;
+    if (state.latest_is_holder) {
+      // NOTE [Reassigned values by reference]: `latest` is the tensor reassigned, whose
+      // bytes may have changed since without a journaled write.
+      const bool unchanged =
+          !now.defined() || (now.unsafeGetTensorImpl() == state.latest.unsafeGetTensorImpl() &&
+                             Fingerprintable(now) && Fingerprint(now) == state.holder_fingerprint);
+      CopyLatest(state);
+      if (unchanged) continue;
+    } else if (!now.defined() || BitIdentical(now, state.latest)) {
+      continue;
+    }
     TraceDiagnostic diagnostic;
     const std::string& address = state.entry->address;
     diagnostic.address = address;

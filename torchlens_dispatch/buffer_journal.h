@@ -101,8 +101,11 @@ class BufferJournal {
     int64_t begin_byte = 0, end_byte = 0;       // range of `holder` in its storage
     int32_t version = -1;                       // current version node
     // Copy of the current version's value (the initial value until the first write):
-    // compared against to see fused writes change a value and unjournaled changes.
+    // compared against to see fused writes change a value and unjournaled changes. See
+    // NOTE [Reassigned values by reference] for when it is the holder itself.
     at::Tensor latest;
+    bool latest_is_holder = false;
+    size_t holder_fingerprint = 0;  // of `latest`'s bytes when it was reassigned
   };
   struct PendingWrite {
     int32_t buffer;
@@ -114,6 +117,8 @@ class BufferJournal {
   void SetHolder(int32_t buffer, const at::Tensor& tensor);
   void Reindex(int32_t buffer);  // after an op moved the holder (set_)
   void OnReassign(int32_t buffer, const at::Tensor& tensor);
+  // Makes `latest` a copy again (NOTE [Reassigned values by reference]): before a write.
+  void CopyLatest(State& state);
   int32_t AddVersion(int32_t buffer, std::optional<WriteKind> kind, const SourceRecord* producer,
                      at::Tensor value, std::optional<bool> changed);
   // Where a kInplace write of `pending` leaves the buffer: the output of `producer` that

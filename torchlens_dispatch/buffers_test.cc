@@ -322,6 +322,76 @@ TEST(BuffersTest, ReassignmentFromCppWithRegisterBuffer) {
   EXPECT_TRUE(Equal(Get(*trace, "output_1").out, Values({13.0f, 23.0f})));
 }
 
+// NOTE [Reassigned values by reference]: without saved values, a reassigned state is kept
+// by reference with a fingerprint; the results are those of a capture that copies it.
+TEST(BuffersTest, UnsavedRecurrentStateEndsWithEagerValue) {
+  testdata::Expected expected("recurrent_loop");
+  for (bool save : {true, false}) {
+    SCOPED_TRACE(save);
+    CaptureOptions options;
+    options.save_activations = save;
+    absl::StatusOr<Trace> trace = Capture("recurrent_loop", options);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    const Buffer& h = trace->buffers().at("h");
+    EXPECT_EQ(h.num_overwrites, 4);  // four steps, four reassignments
+    EXPECT_TRUE(Equal(h.final_value, expected.buffer("h")));
+    EXPECT_TRUE(Equal(h.initial_value, expected.initial_buffer("h")));
+  }
+}
+
+TEST(BuffersTest, RawWriteAfterUnsavedReassignmentIsUnjournaled) {
+  testdata::Expected expected("recurrent_loop");
+  for (bool allow : {false, true}) {
+    SCOPED_TRACE(allow);
+    torch::jit::Module model = testdata::LoadModel("recurrent_loop");
+    CaptureOptions options;
+    options.save_activations = false;
+    options.allow_unjournaled_writes = allow;
+    CaptureGuard guard(model, options);
+    const c10::IValue out = model.forward(expected.inputs());
+    // An op after the forward: the capture sees the last step's reassignment before it.
+    const at::Tensor doubled = out.toTensor() * 2.0;
+    // Then a write no dispatcher sees, into the tensor that step reassigned.
+    at::Tensor h = model.attr("h").toTensor();
+    h.data_ptr<float>()[1] += 1.0f;
+    absl::StatusOr<Trace> trace = guard.Finish(c10::IValue(doubled));
+    if (!allow) {
+      EXPECT_EQ(trace.status().code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_THAT(std::string(trace.status().message()), HasSubstr("\"h\""));
+      continue;
+    }
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    ASSERT_EQ(trace->diagnostics().size(), 1u);
+    EXPECT_EQ(trace->diagnostics()[0].address, "h");
+    // The value at the end, the one the model holds, independent of it.
+    at::Tensor changed = expected.buffer("h").clone();
+    changed[1] += 1.0f;
+    EXPECT_TRUE(Equal(trace->buffers().at("h").final_value, changed));
+    EXPECT_NE(trace->buffers().at("h").final_value.data_ptr(), h.data_ptr());
+  }
+}
+
+// A fused write after a reassignment tells a changed value from the reassigned one, so
+// the reassigned value must be kept as it was before the kernel wrote it.
+TEST(BuffersTest, FusedWriteAfterReassignmentSeesTheChange) {
+  testdata::Expected expected("reassigned_statistics");
+  for (bool save : {true, false}) {
+    SCOPED_TRACE(save);
+    CaptureOptions options;
+    options.save_activations = save;
+    absl::StatusOr<Trace> trace = Capture("reassigned_statistics", options);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    const Buffer& mean = trace->buffers().at("mean");
+    ASSERT_EQ(mean.versions.size(), 2u);
+    EXPECT_EQ(KindOf(mean.versions[0]), WriteKind::kReassign);
+    EXPECT_EQ(KindOf(mean.versions[1]), WriteKind::kFused);
+    EXPECT_EQ(mean.versions[1]->buffer_value_changed, true);
+    EXPECT_TRUE(Equal(mean.final_value, expected.buffer("mean")));
+    EXPECT_TRUE(Equal(trace->buffers().at("var").final_value, expected.buffer("var")));
+    if (save) EXPECT_TRUE(Equal(Get(*trace, "output_1").out, expected.output(0)));
+  }
+}
+
 TEST(BuffersTest, UnsavedCaptureStillTracksVersions) {
   CaptureOptions options;
   options.save_activations = false;

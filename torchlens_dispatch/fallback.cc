@@ -4,6 +4,7 @@
 
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/recorder.h"
+#include "torchlens_dispatch/write_watch.h"
 
 namespace torchlens {
 namespace {
@@ -28,7 +29,7 @@ torch::Library RegisterFallback() {
 }
 
 const torch::Library& Registration() {
-  static const torch::Library library = RegisterFallback();
+  static const torch::Library library = (RegisterWriteWatch(), RegisterFallback());
   return library;
 }
 

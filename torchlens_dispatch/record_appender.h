@@ -96,6 +96,8 @@ class RecordAppender {
   // its failure kept in the record (CaptureRecord::sink_failure). With `unsaved` the record
   // keeps no values (its slots are empty, NOTE [Streaming identity]) and the sink receives
   // the tensors appended instead (NOTE [Streaming without saving]).
+  // Whether a sink receives values (SetValueSink).
+  bool streams() const { return sink_ != nullptr; }
   void SetValueSink(const std::function<void(const StreamedValue&)>* sink, bool unsaved) {
     sink_ = sink;
     stream_unsaved_ = unsaved;

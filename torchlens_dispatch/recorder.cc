@@ -23,6 +23,7 @@
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
 #include "torchlens_dispatch/testing.h"
+#include "torchlens_dispatch/write_watch.h"
 
 namespace torchlens {
 namespace {
@@ -137,6 +138,7 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
     for (const c10::Argument& ret : schema.returns()) {
       if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) info.returns_view = true;
     }
+    info.nested_watched = WriteWatchCovers(op);
   }
   return it->second;
 }
@@ -183,7 +185,12 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   const int64_t start_ns = options_.time_ops ? NowNs() : 0;
   try {
     DepthGuard depth(&depth_);
-    if (prepared.observe_nested) {
+    if (prepared.observe_nested && prepared.nested_watched) {
+      // See NOTE [Watching nested writes] in write_watch.h.
+      NoCapture hide_nested(kCaptureKey);
+      c10::impl::IncludeDispatchKeyGuard watch_writes(kWriteWatchKey);
+      op.redispatchBoxed(keys & kBelowCaptureKey, stack);
+    } else if (prepared.observe_nested) {
       op.redispatchBoxed(keys & kBelowCaptureKey, stack);
     } else {
       NoCapture hide_nested(kCaptureKey);
@@ -300,6 +307,7 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   // eval mode, which reads the running statistics) has nothing to observe, and observing
   // its decomposition cost every eval-mode BatchNorm a boxed call per nested op.
   prepared.observe_nested = fused || (prepared.touches_buffer && info->fused == nullptr);
+  prepared.nested_watched = info->nested_watched;
   if (info->random && prepared.save) {
     // Replay draws the same numbers from this state (validation/replay.h).
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -439,18 +447,27 @@ void Recorder::Abandon(const std::exception& e) {
 
 void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                           torch::jit::Stack* stack) {
-  ++record_.record().stats.nested_ops;
   const OpInfo& info = Info(op);
-  if (!info.written_arguments.empty()) {
-    NoCapture no_capture(kCaptureKey);
-    const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, info.num_arguments);
-    for (uint32_t a : info.written_arguments) {
-      // A write the user-level op did not declare: see NOTE [Buffer writes].
-      ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused, -1); });
-    }
-  }
+  if (!info.written_arguments.empty()) PrepareNestedWrites(info, *stack);
   DepthGuard depth(&depth_);
   op.redispatchBoxed(keys & kBelowCaptureKey, stack);
+}
+
+void Recorder::OnNestedWrite(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (inert_) return;
+  // A copy-on-write clone dispatches a write of its own: neither key may see it.
+  c10::impl::ExcludeDispatchKeyGuard unwatched(c10::DispatchKeySet({kCaptureKey, kWriteWatchKey}));
+  PrepareNestedWrites(Info(op), *stack);
+}
+
+void Recorder::PrepareNestedWrites(const OpInfo& info, const torch::jit::Stack& stack) {
+  ++record_.record().stats.nested_ops;
+  NoCapture no_capture(kCaptureKey);
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(stack, info.num_arguments);
+  for (uint32_t a : info.written_arguments) {
+    // A write the user-level op did not declare: see NOTE [Buffer writes].
+    ForEachTensor(args[a], [&](const at::Tensor& t) { PrepareWrite(t, WriteKind::kFused, -1); });
+  }
 }
 
 Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {

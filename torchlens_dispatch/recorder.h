@@ -10,8 +10,9 @@
 // an op can only reach model state through its arguments, so an op whose arguments touch
 // no registered buffer's storage is redispatched with the key excluded: its nested calls
 // then cost nothing. Ops that touch a buffer, and the fused mutators, are redispatched
-// with the key kept, and each nested call that writes an argument is checked against the
-// buffers' storages (NOTE [Buffer writes]).
+// with their nested calls watched, and each nested call that writes an argument is checked
+// against the buffers' storages (NOTE [Buffer writes]). The write watch key sees only the
+// calls that declare a write (NOTE [Watching nested writes] in write_watch.h).
 //
 // NOTE [Tensor identity]
 // Edges follow tensor identity: the producer of an argument is the last node whose output
@@ -120,6 +121,9 @@ class Recorder : private BufferJournal::Tensors {
 
   // Called by the fallback for every dispatched call on this thread.
   void OnOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
+  // Called by the write watch before a nested call that declares a written argument runs
+  // (NOTE [Watching nested writes] in write_watch.h).
+  void OnNestedWrite(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
   // Registers the tensors in `inputs` as the model inputs, in order. Tensors first seen
   // later that come from outside the capture are then constants rather than inputs.
@@ -153,9 +157,10 @@ class Recorder : private BufferJournal::Tensors {
     c10::Symbol symbol;  // for matching marked sites
     // Consumes randomness: tagged nondeterministic_seeded or takes a Generator.
     bool random = false;
-    bool returns_view = false;  // a return aliases an argument (select, view, transpose)
-    std::string type;           // "add", as labels name it (OpTypeName)
-    int32_t type_id = -1;       // in numbering_, when labels are computed while capturing
+    bool returns_view = false;    // a return aliases an argument (select, view, transpose)
+    bool nested_watched = false;  // WriteWatchCovers(op)
+    std::string type;             // "add", as labels name it (OpTypeName)
+    int32_t type_id = -1;         // in numbering_, when labels are computed while capturing
   };
   struct TensorEntry {
     int32_t node = -1;  // producing node; -1: a parameter, or a buffer not yet read
@@ -201,9 +206,10 @@ class Recorder : private BufferJournal::Tensors {
   struct PreparedOp {
     bool touches_buffer = false;
     bool observe_nested = false;
-    bool save = false;         // keep its values (NOTE [Selective saving])
-    bool halt_before = false;  // CaptureOptions::halt_after: stop before it runs
-    bool halt_after = false;   // and after it ran
+    bool nested_watched = false;  // observed through the write watch, not the capture key
+    bool save = false;            // keep its values (NOTE [Selective saving])
+    bool halt_before = false;     // CaptureOptions::halt_after: stop before it runs
+    bool halt_after = false;      // and after it ran
     // Without saved values, a view op's tensor arguments (see IndexAliases).
     absl::InlinedVector<at::Tensor, 1> view_bases;
     int32_t owner_module = -1;
@@ -219,6 +225,8 @@ class Recorder : private BufferJournal::Tensors {
   void Abandon(const std::exception& e);
   void OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   torch::jit::Stack* stack);
+  // The writes a nested call declares, before it runs (NOTE [Buffer writes]).
+  void PrepareNestedWrites(const OpInfo& info, const torch::jit::Stack& stack);
 
   // Resolves one tensor argument to its source, creating input or buffer read nodes.
   SourceRecord Resolve(const at::Tensor& tensor, bool* touches_buffer, int32_t* owner_module);

@@ -22,6 +22,12 @@ constexpr c10::DispatchKey kCaptureKey = c10::DispatchKey::TESTING_ONLY_GenericM
 constexpr c10::DispatchKeySet kBelowCaptureKey =
     c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kCaptureKey);
 
+// The key of the write watch (NOTE [Watching nested writes] in write_watch.h): the one just
+// below the capture key, likewise registered by nothing in libtorch but its own tests.
+constexpr c10::DispatchKey kWriteWatchKey = c10::DispatchKey::TESTING_ONLY_GenericWrapper;
+constexpr c10::DispatchKeySet kBelowWriteWatchKey =
+    c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kWriteWatchKey);
+
 }  // namespace torchlens
 
 #endif  // TORCHLENS_DISPATCH_OPS_CAPTURE_KEY_H_
