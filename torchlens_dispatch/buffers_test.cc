@@ -388,7 +388,9 @@ TEST(BuffersTest, FusedWriteAfterReassignmentSeesTheChange) {
     EXPECT_EQ(mean.versions[1]->buffer_value_changed, true);
     EXPECT_TRUE(Equal(mean.final_value, expected.buffer("mean")));
     EXPECT_TRUE(Equal(trace->buffers().at("var").final_value, expected.buffer("var")));
-    if (save) EXPECT_TRUE(Equal(Get(*trace, "output_1").out, expected.output(0)));
+    if (save) {
+      EXPECT_TRUE(Equal(Get(*trace, "output_1").out, expected.output(0)));
+    }
   }
 }
 

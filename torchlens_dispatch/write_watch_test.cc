@@ -28,22 +28,24 @@ at::Tensor ScaleState(const at::Tensor& x, const at::Tensor& state) {
   return x + state;
 }
 
+torch::Library DefineScaleState() {
+  torch::Library library(torch::Library::DEF, "torchlens_watch_test", c10::nullopt, __FILE__,
+                         __LINE__);
+  library.def("scale_state(Tensor x, Tensor state) -> Tensor");
+  return library;
+}
+
+torch::Library ImplementScaleState() {
+  torch::Library library(torch::Library::IMPL, "torchlens_watch_test", c10::DispatchKey::CPU,
+                         __FILE__, __LINE__);
+  library.impl("scale_state", &ScaleState);
+  return library;
+}
+
 // Registered when first asked for, after torchlens loaded: a late operator.
 c10::OperatorHandle ScaleStateOp() {
-  static torch::Library* const def = [] {
-    auto* library = new torch::Library(torch::Library::DEF, "torchlens_watch_test", c10::nullopt,
-                                       __FILE__, __LINE__);
-    library->def("scale_state(Tensor x, Tensor state) -> Tensor");
-    return library;
-  }();
-  static torch::Library* const impl = [] {
-    auto* library = new torch::Library(torch::Library::IMPL, "torchlens_watch_test",
-                                       c10::DispatchKey::CPU, __FILE__, __LINE__);
-    library->impl("scale_state", &ScaleState);
-    return library;
-  }();
-  (void)def;
-  (void)impl;
+  static const torch::Library def = DefineScaleState();
+  static const torch::Library impl = ImplementScaleState();
   return c10::Dispatcher::singleton().findSchemaOrThrow("torchlens_watch_test::scale_state", "");
 }
 
