@@ -466,6 +466,19 @@ class ReassignedStatistics(nn.Module):
         return F.batch_norm(x, self.mean, self.var, training=True, momentum=0.5)
 
 
+class ReassignThenWrite(nn.Module):
+    """A reassigned state written in place: the reassignment's version keeps its value."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("h", torch.zeros(2))
+
+    def forward(self, x):
+        self.h = x * 2.0
+        self.h.add_(1.0)
+        return self.h * 3.0
+
+
 class PlainAttribute(nn.Module):
     """A tensor attribute that is not a registered buffer, used and returned."""
 
@@ -876,6 +889,7 @@ def models():
         "transposed_write": (TransposedWrite, [torch.tensor([[1.0, 2.0], [3.0, 4.0]])], False),
         "double_reassign": (DoubleReassign, [torch.tensor([1.0, 2.0])], False),
         "reassigned_statistics": (ReassignedStatistics, [rand(3, 2)], True),
+        "reassign_then_write": (ReassignThenWrite, [torch.tensor([1.0, -2.0])], False),
         "plain_attribute": (PlainAttribute, [rand(2, 3)], False),
         "return_param": (ReturnParam, [rand(1, 2)], False),
         "set_storage": (SetStorage, [torch.tensor([1.0, 2.0, 3.0])], False),

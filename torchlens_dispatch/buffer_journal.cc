@@ -25,12 +25,18 @@ at::Tensor Snapshot(const at::Tensor& tensor) {
 
 // NOTE [Reassigned values by reference]
 // A recurrent state reassigned at every step (`self.h = torch.tanh(...)`) gets a version
-// per step. Without saved values and without a sink, a version's value is needed only as
-// the buffer's `latest`: to tell whether a later fused write changed it, whether the
-// buffer changed without a journaled write by the end of capture, and as its final
-// value. Copying each step's new tensor for that cost a third of the journal's time on a
-// recurrent model. The reassigned tensor itself is kept instead, with a fingerprint of its
-// bytes, and copied only when something needs its value as of then:
+// per step, and copying each step's new tensor cost a third of the journal's time on a
+// recurrent model. Without a sink, no copy is needed:
+//   - The version's value. Without saved values it has none. With saved values, the
+//     tensor's producer saved it by reference in a slot that copy-on-write protects (NOTE
+//     [Copy-on-write of saved values] in recorder.h; the end of capture copies what still
+//     lives in a buffer's storage): the version shares that slot. A tensor no op produced,
+//     or whose producer was not saved (selective saving), is copied as before.
+//   - The buffer's `latest`, which tells whether a later fused write changed the value,
+//     whether the buffer changed without a journaled write by the end of capture, and is
+//     the final value.
+// The reassigned tensor itself is kept as `latest`, with a fingerprint of its bytes, and
+// copied only when something needs its value as of then:
 //   - before a journaled write to the buffer (NoteWrite, which runs before the op does);
 //   - at the end of capture, as the final value, after the fingerprint of the tensor then
 //     was compared with the one taken at the reassignment (a raw write through data_ptr
@@ -249,9 +255,13 @@ void BufferJournal::OnReassign(int32_t buffer, const at::Tensor& tensor) {
   const SourceRecord producer = tensors_->SourceOf(tensor);
   SetHolder(buffer, tensor);
   const SourceRecord* source = producer.kind == SourceRecord::Kind::kNode ? &producer : nullptr;
-  if (!save_ && !record_->streams() && Fingerprintable(tensor)) {
-    // See NOTE [Reassigned values by reference].
-    AddVersion(buffer, WriteKind::kReassign, source, tensor, std::nullopt);
+  // NOTE [Reassigned values by reference]: with saved values, the producer's saved value
+  // is this tensor, kept by reference and copied on write.
+  const int32_t shared_slot = save_ && source != nullptr ? producer.slot : -1;
+  if ((!save_ || shared_slot >= 0) && !record_->streams() && Fingerprintable(tensor)) {
+    state.version = record_->AddBufferVersion(buffer, WriteKind::kReassign, source, tensor,
+                                              std::nullopt, shared_slot);
+    state.latest = tensor;
     state.latest_is_holder = true;
     state.holder_fingerprint = Fingerprint(tensor);
     return;

@@ -371,6 +371,24 @@ TEST(BuffersTest, RawWriteAfterUnsavedReassignmentIsUnjournaled) {
   }
 }
 
+// With saved values, the reassignment's version shares its producer's saved value, which
+// copy-on-write keeps as it was when the state is then written in place.
+TEST(BuffersTest, ReassignedValueSurvivesAnInPlaceWrite) {
+  testdata::Expected expected("reassign_then_write");
+  absl::StatusOr<Trace> trace = Capture("reassign_then_write");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const Buffer& h = trace->buffers().at("h");
+  ASSERT_EQ(h.versions.size(), 2u);
+  EXPECT_EQ(KindOf(h.versions[0]), WriteKind::kReassign);
+  EXPECT_EQ(KindOf(h.versions[1]), WriteKind::kInplace);
+  // x = [1, -2]: h = 2x, then h += 1; the output is 3h.
+  EXPECT_TRUE(Equal(*h.value_after(1), Values({2.0f, -4.0f})));
+  EXPECT_TRUE(Equal(*h.value_after(2), Values({3.0f, -3.0f})));
+  EXPECT_TRUE(Equal(h.final_value, expected.buffer("h")));
+  EXPECT_TRUE(Equal(Get(*trace, "output_1").out, Values({9.0f, -9.0f})));
+  EXPECT_TRUE(Equal(Get(*trace, "output_1").out, expected.output(0)));
+}
+
 // A fused write after a reassignment tells a changed value from the reassigned one, so
 // the reassigned value must be kept as it was before the kernel wrote it.
 TEST(BuffersTest, FusedWriteAfterReassignmentSeesTheChange) {

@@ -37,8 +37,9 @@ using ::testing::StartsWith;
 
 TEST(ValidateTest, EveryTestModelValidates) {
   std::vector<std::string> names = testdata::CoreModels();
-  names.insert(names.end(), {"demo", "bn_loop_train", "dropout_train", "inplace_activation",
-                             "growing_list", "stochastic_depth_train"});
+  names.insert(names.end(),
+               {"demo", "bn_loop_train", "dropout_train", "inplace_activation", "growing_list",
+                "stochastic_depth_train", "reassigned_statistics", "reassign_then_write"});
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     const Trace trace = Capture(name);
