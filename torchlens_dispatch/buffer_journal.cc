@@ -37,13 +37,15 @@ at::Tensor Snapshot(const at::Tensor& tensor) {
 //     the final value.
 // The reassigned tensor itself is kept as `latest`, with a fingerprint of its bytes, and
 // copied only when something needs its value as of then:
-//   - before a journaled write to the buffer (NoteWrite, which runs before the op does);
+//   - before a fused write to the buffer (NoteWrite, which runs before the op does): its
+//     version says whether the kernel changed the value;
 //   - at the end of capture, as the final value, after the fingerprint of the tensor then
 //     was compared with the one taken at the reassignment (a raw write through data_ptr
 //     or set_data in between is an unjournaled change, NOTE [Unjournaled buffer changes],
 //     and the final value is then the value at the end, the only one left);
 //   - before an early stop restores the buffers.
-// A reassignment replaces `latest` without copying the former one: nothing needs it. The
+// A reassignment, or an in-place write without saved values, replaces `latest` without
+// copying the former one: nothing needs it. The written state is then kept the same way. The
 // fingerprint is a 64-bit hash, so a changed value is missed with probability 2^-64.
 // Contiguous dense CPU tensors qualify; others are copied at once, as before.
 bool Fingerprintable(const at::Tensor& tensor) {
@@ -125,7 +127,8 @@ void BufferJournal::NoteWrite(const at::Tensor& written, WriteKind kind, int32_t
       continue;
     }
     Read(buffer);  // the version the write replaces
-    CopyLatest(buffers_[buffer]);
+    // A fused write's version tells whether it changed the value: keep the value before.
+    if (kind == WriteKind::kFused) CopyLatest(buffers_[buffer]);
     pending_.push_back(PendingWrite{buffer, kind, written_tensor, written});
   }
 }
@@ -138,7 +141,10 @@ void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> re
          ByteRange(state.holder) != std::make_pair(state.begin_byte, state.end_byte))) {
       Reindex(pending.buffer);  // set_
     }
-    at::Tensor value = Snapshot(state.holder);
+    // NOTE [Reassigned values by reference]: without saved values, the written state is
+    // kept like a reassigned one.
+    const bool by_reference = !save_ && !record_->streams() && Fingerprintable(state.holder);
+    at::Tensor value = by_reference ? state.holder : Snapshot(state.holder);
     const int32_t slot = save_ ? record_->AddSlot(value) : -1;
     std::optional<bool> changed;
     SourceRecord source;
@@ -153,7 +159,8 @@ void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> re
         record_->AddBufferVersion(pending.buffer, pending.kind, &source, value, changed, slot);
     state.version = version;
     state.latest = std::move(value);
-    state.latest_is_holder = false;
+    state.latest_is_holder = by_reference;
+    if (by_reference) state.holder_fingerprint = Fingerprint(state.latest);
   }
   pending_.clear();
 }

@@ -371,6 +371,37 @@ TEST(BuffersTest, RawWriteAfterUnsavedReassignmentIsUnjournaled) {
   }
 }
 
+// Without saved values, written and reassigned states are kept by reference (NOTE
+// [Reassigned values by reference]): the same versions, flags and final values as a saved
+// capture, whose final values are eager PyTorch's.
+TEST(BuffersTest, UnsavedCaptureEndsWithTheSavedCapturesStates) {
+  for (const char* name : {"mul_add", "counter_cell", "bn1d_train", "bn2d_train", "slice_copy",
+                           "copy_into", "many_buffers", "recurrent_loop", "reassign_then_write",
+                           "reassigned_statistics", "instancenorm_train"}) {
+    SCOPED_TRACE(name);
+    testdata::Expected expected(name);
+    absl::StatusOr<Trace> saved = Capture(name);
+    CaptureOptions options;
+    options.save_activations = false;
+    absl::StatusOr<Trace> unsaved = Capture(name, options);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    ASSERT_TRUE(unsaved.ok()) << unsaved.status();
+    ASSERT_EQ(unsaved->buffers().size(), saved->buffers().size());
+    for (const auto& [address, buffer] : saved->buffers()) {
+      SCOPED_TRACE(address);
+      const Buffer& other = unsaved->buffers().at(address);
+      EXPECT_TRUE(Equal(buffer.final_value, expected.buffer(address)));
+      EXPECT_TRUE(Equal(other.final_value, expected.buffer(address)));
+      ASSERT_EQ(other.versions.size(), buffer.versions.size());
+      for (size_t v = 0; v < buffer.versions.size(); ++v) {
+        EXPECT_EQ(KindOf(other.versions[v]), KindOf(buffer.versions[v])) << v;
+        EXPECT_EQ(other.versions[v]->buffer_value_changed, buffer.versions[v]->buffer_value_changed)
+            << v;
+      }
+    }
+  }
+}
+
 // With saved values, the reassignment's version shares its producer's saved value, which
 // copy-on-write keeps as it was when the state is then written in place.
 TEST(BuffersTest, ReassignedValueSurvivesAnInPlaceWrite) {
