@@ -158,9 +158,12 @@ void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> re
     const int32_t version =
         record_->AddBufferVersion(pending.buffer, pending.kind, &source, value, changed, slot);
     state.version = version;
-    state.latest = std::move(value);
-    state.latest_is_holder = by_reference;
-    if (by_reference) state.holder_fingerprint = Fingerprint(state.latest);
+    if (by_reference) {
+      KeepHolderAsLatest(state);
+    } else {
+      state.latest = std::move(value);
+      state.latest_is_holder = false;
+    }
   }
   pending_.clear();
 }
@@ -268,12 +271,16 @@ void BufferJournal::OnReassign(int32_t buffer, const at::Tensor& tensor) {
   if ((!save_ || shared_slot >= 0) && !record_->streams() && Fingerprintable(tensor)) {
     state.version = record_->AddBufferVersion(buffer, WriteKind::kReassign, source, tensor,
                                               std::nullopt, shared_slot);
-    state.latest = tensor;
-    state.latest_is_holder = true;
-    state.holder_fingerprint = Fingerprint(tensor);
+    KeepHolderAsLatest(state);
     return;
   }
   AddVersion(buffer, WriteKind::kReassign, source, Snapshot(tensor), std::nullopt);
+}
+
+void BufferJournal::KeepHolderAsLatest(State& state) {
+  state.latest = state.holder;
+  state.latest_is_holder = true;
+  state.holder_fingerprint = Fingerprint(state.holder);
 }
 
 void BufferJournal::CopyLatest(State& state) {

@@ -117,7 +117,9 @@ class BufferJournal {
   void SetHolder(int32_t buffer, const at::Tensor& tensor);
   void Reindex(int32_t buffer);  // after an op moved the holder (set_)
   void OnReassign(int32_t buffer, const at::Tensor& tensor);
-  // Makes `latest` a copy again (NOTE [Reassigned values by reference]): before a write.
+  // Keeps the holder itself as `latest`, with its fingerprint, and makes `latest` a copy
+  // again when its value as of then is needed (NOTE [Reassigned values by reference]).
+  void KeepHolderAsLatest(State& state);
   void CopyLatest(State& state);
   int32_t AddVersion(int32_t buffer, std::optional<WriteKind> kind, const SourceRecord* producer,
                      at::Tensor value, std::optional<bool> changed);

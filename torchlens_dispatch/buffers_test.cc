@@ -375,9 +375,11 @@ TEST(BuffersTest, RawWriteAfterUnsavedReassignmentIsUnjournaled) {
 // [Reassigned values by reference]): the same versions, flags and final values as a saved
 // capture, whose final values are eager PyTorch's.
 TEST(BuffersTest, UnsavedCaptureEndsWithTheSavedCapturesStates) {
-  for (const char* name : {"mul_add", "counter_cell", "bn1d_train", "bn2d_train", "slice_copy",
-                           "copy_into", "many_buffers", "recurrent_loop", "reassign_then_write",
-                           "reassigned_statistics", "instancenorm_train"}) {
+  for (const char* name :
+       {"mul_add", "counter_cell", "bn1d_train", "bn2d_train", "slice_copy", "copy_into",
+        "many_buffers", "recurrent_loop", "reassign_then_write", "reassigned_statistics",
+        "instancenorm_train", "double_reassign", "set_storage", "data_copy", "shared_storage",
+        "transposed_write", "slice_assign"}) {
     SCOPED_TRACE(name);
     testdata::Expected expected(name);
     absl::StatusOr<Trace> saved = Capture(name);
