@@ -58,6 +58,14 @@ Trace BuildTrace(CaptureRecord record) {
   int constants = 0;
   // Outputs (undefined when streamed), argument sources, arguments, generator states.
   const bool replay_data = record.saved_values || record.streamed_values;
+  // One owner for every op's source position (NOTE [Source positions] in
+  // torchlens_dispatch/source_positions.h): each op's reference counts on this one hot
+  // block instead of on its position's own, which the forward has evicted.
+  std::shared_ptr<const void> positions_owner;
+  if (!record.source_position_owners.empty()) {
+    positions_owner = std::make_shared<const std::vector<std::shared_ptr<const void>>>(
+        std::move(record.source_position_owners));
+  }
 
   auto fill_outputs = [&](const NodeRecord& node, Op& op) {
     if (replay_data) op.outs.reserve(node.outputs_end - node.outputs_begin);
@@ -129,8 +137,10 @@ Trace BuildTrace(CaptureRecord record) {
         op.layer_type_index = numbers.type_index;
         op.layer_step_index = numbers.step_index;
         op.label = LayerPassLabel(op.type, numbers.type_index, numbers.step_index, op.pass);
-        if (static_cast<size_t>(node.layer) < record.layer_positions.size()) {
-          op.source_position = record.layer_positions[node.layer];
+        if (static_cast<size_t>(node.layer) < record.layer_positions.size() &&
+            record.layer_positions[node.layer] != nullptr) {
+          op.source_position = std::shared_ptr<const SourcePosition>(
+              positions_owner, record.layer_positions[node.layer]);
         }
         break;
       }

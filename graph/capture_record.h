@@ -119,8 +119,10 @@ struct CaptureRecord {
 
   std::vector<c10::OperatorName> operators;  // distinct operators, by first use
   int32_t num_layers = 0;                    // kOp nodes' layer ids are in [0, num_layers)
-  // The source position of each layer id (null when unknown), shared by its passes.
-  std::vector<std::shared_ptr<const SourcePosition>> layer_positions;
+  // The source position of each layer id (null when unknown), shared by its passes, and
+  // what keeps them alive (NOTE [Source positions] in torchlens_dispatch/source_positions.h).
+  std::vector<const SourcePosition*> layer_positions;
+  std::vector<std::shared_ptr<const void>> source_position_owners;
   // Module ids index `module_addresses` (the model's, shared; 0 is the root ""), then
   // `extra_module_addresses`.
   std::shared_ptr<const std::vector<std::string>> module_addresses;

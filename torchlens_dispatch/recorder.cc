@@ -338,10 +338,11 @@ void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepar
   }
   node->op = info.index;
   node->layer = LayerOf(node->module, info.index, site);
-  std::vector<std::shared_ptr<const SourcePosition>>& positions = record_.record().layer_positions;
-  if (static_cast<size_t>(node->layer) >= positions.size()) {  // the layer's first op
-    positions.resize(node->layer + 1);
-    positions[node->layer] = script_sites_.PositionOf(site);  // NOTE [Source positions]
+  CaptureRecord& record = record_.record();
+  if (static_cast<size_t>(node->layer) >= record.layer_positions.size()) {  // its first op
+    record.layer_positions.resize(node->layer + 1);
+    record.layer_positions[node->layer] =  // NOTE [Source positions]
+        script_sites_.PositionOf(site, &record.source_position_owners);
   }
   prepared->save = saves_ && !over_budget_;
   if (options_.max_saved_bytes >= 0 && saved_bytes_ > options_.max_saved_bytes && prepared->save) {

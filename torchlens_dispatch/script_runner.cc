@@ -120,6 +120,9 @@ struct PrivatePlan {
   std::deque<MarkedSite> sites;
   std::deque<SitePath> paths;
   std::deque<CallContext> contexts;
+  // Every site's source position, owned together (NOTE [Source positions]): a
+  // std::vector<std::shared_ptr<const SourcePosition>>.
+  std::shared_ptr<const void> source_positions;
   std::unique_ptr<torch::jit::GraphFunction> function;
 };
 
@@ -293,6 +296,7 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
   MarkAssignments(graph->block());
   std::vector<torch::jit::Node*> nodes;
   CollectOpNodes(graph->block(), &nodes);
+  auto positions = std::make_shared<std::vector<std::shared_ptr<const SourcePosition>>>();
   for (torch::jit::Node* node : nodes) {
     auto it = contexts.find(node);
     const CallContext& context = it == contexts.end() ? top : *it->second;
@@ -301,12 +305,16 @@ std::shared_ptr<torch::jit::Graph> MarkedCopy(const torch::jit::GraphFunction& m
     site.path = context.path;
     site.unknown_instance = context.unknown_instance;
     site.position = MixPosition(context.position, node->sourceRange());
-    site.source_position = SourcePositionOfNode(node);
+    std::shared_ptr<const SourcePosition> position = SourcePositionOfNode(node);
+    site.source_position = position.get();
+    site.source_position_owner = &plan->source_positions;
+    if (position != nullptr) positions->push_back(std::move(position));
     torch::jit::WithInsertPoint insert_before(MarkerPosition(node));
     torch::jit::Value* marker =
         graph->insertConstant(static_cast<int64_t>(reinterpret_cast<intptr_t>(&site)));
     graph->insertNode(graph->create(kSiteMarker, {marker}, /*num_outputs=*/0));
   }
+  plan->source_positions = std::move(positions);
   return graph;
 }
 

@@ -217,10 +217,18 @@ ScriptSite ScriptSites::FromInterpreter() {
   return site;
 }
 
-std::shared_ptr<const SourcePosition> ScriptSites::PositionOf(const ScriptSite& site) const {
+const SourcePosition* ScriptSites::PositionOf(
+    const ScriptSite& site, std::vector<std::shared_ptr<const void>>* owners) const {
   if (!site.in_script) return nullptr;
-  if (site.marked != nullptr) return site.marked->source_position;
-  return SourcePositionOf(last_range_);
+  if (site.marked != nullptr) {
+    const std::shared_ptr<const void>& owner = *site.marked->source_position_owner;
+    if (owners->empty() || owners->back() != owner) owners->push_back(owner);
+    return site.marked->source_position;
+  }
+  std::shared_ptr<const SourcePosition> position = SourcePositionOf(last_range_);
+  const SourcePosition* unowned = position.get();
+  if (unowned != nullptr) owners->push_back(std::move(position));
+  return unowned;
 }
 
 }  // namespace torchlens

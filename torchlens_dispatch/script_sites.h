@@ -67,7 +67,7 @@ struct SitePath {
 // through (script_runner.cc, NOTE [Inlining from the top]). The
 // marker stores the pointer in a thread-local, and the recorder takes it on the next
 // user-level op, if that op is the node's operator; otherwise it asks the interpreter.
-// Marked sites live as long as the process (the private plans are never freed).
+// Marked sites live as long as their private plan (NOTE [Private plan lifetime]).
 // Aligned to a cache line, with what every capture reads first: a model's sites are cold
 // by the time its next capture runs, and one miss per op is the cost that grows with the
 // model (README "Performance"). The marker prefetches its site, which the recorder reads
@@ -85,9 +85,10 @@ struct alignas(64) MarkedSite {
   // The named module instances from the root inward (NOTE [Site paths]); nullptr: the root.
   const SitePath* path = nullptr;
   // Where the node is in the model's code (NOTE [Source positions]); read only when a
-  // capture meets the site's layer for the first time, so it is kept last, off the lines
-  // every op reads.
-  std::shared_ptr<const SourcePosition> source_position;
+  // capture meets the site's layer for the first time. Null when unknown.
+  const SourcePosition* source_position = nullptr;
+  // What keeps it alive: its plan's table of positions.
+  const std::shared_ptr<const void>* source_position_owner = nullptr;
 };
 
 // Called by the marker op.
@@ -163,8 +164,10 @@ class ScriptSites {
   int64_t marked() const { return marked_; }
   int64_t asked() const { return asked_; }
   // The source position of `site`, the last one `Current` returned (NOTE [Source
-  // positions]); null outside TorchScript code.
-  std::shared_ptr<const SourcePosition> PositionOf(const ScriptSite& site) const;
+  // positions]); null outside TorchScript code. Adds what keeps it alive to `owners`
+  // unless the last owner there already does.
+  const SourcePosition* PositionOf(const ScriptSite& site,
+                                   std::vector<std::shared_ptr<const void>>* owners) const;
 
  private:
   ScriptSite FromInterpreter();

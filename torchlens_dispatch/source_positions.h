@@ -6,11 +6,15 @@
 // ("code/__torch__/....py"); the archive's debug information maps each range of that code
 // back to the Python source the model was scripted from (`findSourceRangeThatGenerated`).
 // A position is built once per site of a private plan (NOTE [Site markers]) and shared by
-// the ops of every capture that run there, so a capture pays one reference count per new
-// layer, not string building per op. The `if`s around a site are read off the graph: a
-// node in block 0 of a `prim::If` ran in its `then` body, in block 1 in its `else` body.
-// Ops the interpreter locates (no marker) get their statement but no branches: the
-// interpreter's call stack does not say which blocks it is in.
+// the ops of every capture that run there, so a capture builds no string per op. The plan
+// owns its sites' positions together, and a capture keeps a reference to that one owner,
+// not one per position: a position's own reference count sits on a line the forward has
+// evicted, and counting on it once while recording and once while building the trace was
+// two cache misses per layer (about 6% of a capture of a 4,000-op MLP, by perf). The
+// trace's ops then hold aliasing references to one owner of the capture's owners. The `if`s around
+// a site are read off the graph: a node in block 0 of a `prim::If` ran in its `then` body, in block
+// 1 in its `else` body. Ops the interpreter locates (no marker) get their statement but no
+// branches: the interpreter's call stack does not say which blocks it is in.
 #ifndef TORCHLENS_DISPATCH_SOURCE_POSITIONS_H_
 #define TORCHLENS_DISPATCH_SOURCE_POSITIONS_H_
 

@@ -16,6 +16,7 @@
 #include "graph/summary.h"
 #include "testdata/testdata.h"
 #include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/script_runner.h"
 
 namespace torchlens {
 namespace {
@@ -107,6 +108,35 @@ TEST_F(SourcePositionsTest, OpsOfOneStatementShareOnePositionAcrossCaptures) {
   const Trace first = Capture(expected_.input(0));
   const Trace second = Capture(expected_.input(0) * 3);
   EXPECT_EQ(OnlyOp(first, "relu").source_position, OnlyOp(second, "relu").source_position);
+}
+
+// The plan owns its sites' positions, and a trace keeps that owner alive: a trace read
+// after its model and the model's plan are gone still has them (AddressSanitizer in CI
+// would see a read of freed memory).
+TEST(SourcePositionsLifetimeTest, TracesKeepThemAfterTheModelAndItsPlanAreGone) {
+  const testdata::Expected expected("branchy");
+  Trace trace;
+  {
+    torch::jit::Module model = testdata::LoadModel("branchy");
+    model.eval();
+    absl::StatusOr<Trace> captured = TraceModule(model, {expected.input(0)});
+    ASSERT_TRUE(captured.ok()) << captured.status();
+    trace = *std::move(captured);
+  }
+  const size_t plans_before = PrivatePlansForTesting();
+  // Dead models' plans are swept once the cache has doubled (NOTE [Private plan lifetime]).
+  for (int i = 0; i < 40; ++i) {
+    torch::jit::Module other = testdata::LoadModel("branchy");
+    other.eval();
+    ASSERT_TRUE(TraceModule(other, {expected.input(0)}).ok());
+  }
+  EXPECT_LT(PrivatePlansForTesting(), plans_before + 40) << "no plan was swept";
+  const Op& relu = OnlyOp(trace, "relu");
+  ASSERT_NE(relu.source_position, nullptr);
+  EXPECT_EQ(relu.source_position->line, expected.source_line("relu"));
+  EXPECT_EQ(relu.source_position->text, expected.source_text("relu"));
+  ASSERT_EQ(relu.source_position->branches.size(), 1u);
+  EXPECT_EQ(relu.source_position->branches[0].line, expected.source_line("if"));
 }
 
 TEST_F(SourcePositionsTest, SummaryRenderAndJsonShowThem) {
