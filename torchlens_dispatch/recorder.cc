@@ -88,6 +88,7 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   tensors_.reserve(last.tensors.load(kRelaxed));
   storages_.reserve(last.storages.load(kRelaxed));
   layers_.reserve(last.layers.load(kRelaxed));
+  record.layer_positions.reserve(last.layers.load(kRelaxed));
   layer_of_class_.assign(last.layer_classes.load(kRelaxed), -1);
   record_.Reserve(last);
   // See NOTE [Selective saving].
@@ -340,9 +341,10 @@ void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepar
   node->layer = LayerOf(node->module, info.index, site);
   CaptureRecord& record = record_.record();
   if (static_cast<size_t>(node->layer) >= record.layer_positions.size()) {  // its first op
-    record.layer_positions.resize(node->layer + 1);
-    record.layer_positions[node->layer] =  // NOTE [Source positions]
-        script_sites_.PositionOf(site, &record.source_position_owners);
+    // Layer ids are numbered in order of first use, so this appends one.
+    record.layer_positions.resize(node->layer, nullptr);
+    record.layer_positions.push_back(  // NOTE [Source positions]
+        script_sites_.PositionOf(site, &record.source_position_owners));
   }
   prepared->save = saves_ && !over_budget_;
   if (options_.max_saved_bytes >= 0 && saved_bytes_ > options_.max_saved_bytes && prepared->save) {
