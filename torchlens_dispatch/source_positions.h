@@ -11,10 +11,11 @@
 // not one per position: a position's own reference count sits on a line the forward has
 // evicted, and counting on it once while recording and once while building the trace was
 // two cache misses per layer (about 6% of a capture of a 4,000-op MLP, by perf). The
-// trace's ops then hold aliasing references to one owner of the capture's owners. The `if`s around
-// a site are read off the graph: a node in block 0 of a `prim::If` ran in its `then` body, in block
-// 1 in its `else` body. Ops the interpreter locates (no marker) get their statement but no
-// branches: the interpreter's call stack does not say which blocks it is in.
+// trace's ops then hold aliasing references to one block that keeps the capture's owners.
+// The `if`s around a site are read off the graph: a node in block 0 of a `prim::If` ran in
+// its `then` body, in block 1 in its `else` body. Ops the interpreter locates (no marker)
+// get their statement but no branches: the interpreter's call stack does not say which
+// blocks it is in.
 #ifndef TORCHLENS_DISPATCH_SOURCE_POSITIONS_H_
 #define TORCHLENS_DISPATCH_SOURCE_POSITIONS_H_
 
