@@ -116,7 +116,7 @@ Trace BuildTrace(CaptureRecord record) {
         op.type = "buffer";
         op.kind = OpKind::kBufferVersion;
         op.is_buffer = true;
-        op.address = buffer.address;
+        op.address = *buffer.address;
         op.buffer_pass = ++buffer_versions[node.buffer];
         op.buffer_write_kind = node.write_kind;
         op.buffer_value_changed = node.value_changed;
@@ -253,8 +253,8 @@ Trace BuildTrace(CaptureRecord record) {
 
   // Address-level metadata; modules and parameters are shared with the model's layout.
   for (const BufferRecord& buffer : record.buffers) {
-    Buffer& entry = parts.buffers[buffer.address];
-    entry.address = buffer.address;
+    Buffer& entry = parts.buffers[*buffer.address];
+    entry.address = *buffer.address;
     entry.initial_value = buffer.initial_value;
     entry.final_value = buffer.final_value;
     entry.module_address = module_address(buffer.module);

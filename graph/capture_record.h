@@ -89,10 +89,10 @@ struct NodeRecord {
 };
 
 struct BufferRecord {
-  std::string address;
-  int32_t module = 0;        // owning module (index into module_addresses)
-  at::Tensor initial_value;  // a copy taken when capture started
-  at::Tensor final_value;    // a copy of the last version's value (kept even unsaved)
+  const std::string* address;  // the model layout's, kept alive by CaptureRecord::layout
+  int32_t module = 0;          // owning module (index into module_addresses)
+  at::Tensor initial_value;    // a copy taken when capture started
+  at::Tensor final_value;      // a copy of the last version's value (kept even unsaved)
 };
 
 struct CaptureRecord {
@@ -127,7 +127,8 @@ struct CaptureRecord {
   // `extra_module_addresses`.
   std::shared_ptr<const std::vector<std::string>> module_addresses;
   std::vector<std::string> extra_module_addresses;
-  std::vector<BufferRecord> buffers;  // every registered buffer
+  std::vector<BufferRecord> buffers;   // every registered buffer
+  std::shared_ptr<const void> layout;  // owns the strings BufferRecord::address points to
   // Param ids (SourceRecord::kParam) index this.
   std::shared_ptr<const std::vector<std::string>> param_addresses;
   // Shared by every trace of the model.

@@ -66,20 +66,21 @@ BufferJournal::BufferJournal(const ModelLayout& layout, RecordAppender* record, 
                              bool save)
     : record_(record), tensors_(tensors), save_(save) {
   buffers_.resize(layout.buffers.size());
+  record_->record().buffers.reserve(layout.buffers.size());
   for (size_t i = 0; i < layout.buffers.size(); ++i) {
     const ModelLayout::BufferEntry& entry = layout.buffers[i];
     State& state = buffers_[i];
     state.entry = &entry;
     const at::Tensor tensor = CurrentBuffer(entry);
     if (tensor.defined()) state.latest = Snapshot(tensor);
-    record_->record().buffers.push_back(BufferRecord{entry.address, entry.module, state.latest});
+    record_->record().buffers.push_back(BufferRecord{&entry.address, entry.module, state.latest});
     if (!tensor.defined()) continue;  // a slot holding None
     state.original = tensor;
     if (tensor.has_storage()) {
       state.original_storage = tensor.storage();
       state.original_offset = tensor.storage_offset();
-      state.original_sizes = tensor.sizes().vec();
-      state.original_strides = tensor.strides().vec();
+      state.original_sizes.assign(tensor.sizes().begin(), tensor.sizes().end());
+      state.original_strides.assign(tensor.strides().begin(), tensor.strides().end());
     }
     SetHolder(static_cast<int32_t>(i), tensor);
     if (entry.assigned_in_code) assigned_.push_back(static_cast<int32_t>(i));
@@ -103,8 +104,11 @@ int32_t BufferJournal::Read(int32_t buffer) {
   // NOTE [Independent initial values]
   // The initial read's value is a copy of the one taken when capture started, which stays
   // the buffer's `initial_value`, so that a check of the read version against the initial
-  // value compares two tensors.
-  return AddVersion(buffer, std::nullopt, nullptr, Snapshot(state.latest), std::nullopt);
+  // value compares two tensors. A capture that keeps no values (and streams none) keeps
+  // only the version's shape: it needs no copy, and `latest` stays the initial copy.
+  const bool keeps_value = save_ || record_->streams();
+  return AddVersion(buffer, std::nullopt, nullptr,
+                    keeps_value ? Snapshot(state.latest) : state.latest, std::nullopt);
 }
 
 void BufferJournal::NoteWrite(const at::Tensor& written, WriteKind kind, int32_t written_tensor) {

@@ -94,12 +94,12 @@ class BufferJournal {
     at::Tensor original;                    // the registered tensor when the journal started
     c10::Storage original_storage;          // and its place then
     int64_t original_offset = 0;
-    std::vector<int64_t> original_sizes, original_strides;
-    at::Tensor holder;                          // the registered tensor as last seen
-    std::vector<at::Tensor> former_holders;     // kept alive: see NOTE [Tensor identity]
-    const c10::StorageImpl* storage = nullptr;  // where `holder` is indexed
-    int64_t begin_byte = 0, end_byte = 0;       // range of `holder` in its storage
-    int32_t version = -1;                       // current version node
+    at::DimVector original_sizes, original_strides;  // inline: no heap block per buffer
+    at::Tensor holder;                               // the registered tensor as last seen
+    std::vector<at::Tensor> former_holders;          // kept alive: see NOTE [Tensor identity]
+    const c10::StorageImpl* storage = nullptr;       // where `holder` is indexed
+    int64_t begin_byte = 0, end_byte = 0;            // range of `holder` in its storage
+    int32_t version = -1;                            // current version node
     // Copy of the current version's value (the initial value until the first write):
     // compared against to see fused writes change a value and unjournaled changes. See
     // NOTE [Reassigned values by reference] for when it is the holder itself.

@@ -1,6 +1,7 @@
 #include "torchlens_dispatch/saved_copy.h"
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 
 #include <cstdint>
 #include <cstring>
@@ -26,8 +27,10 @@ bool IsPlainDenseBlock(const at::Tensor& saved) {
 at::Tensor CopyOfSaved(const at::Tensor& saved) {
   if (!IsPlainDenseBlock(saved)) return saved.clone();
   const size_t bytes = saved.nbytes();
-  // The options carry dtype, device and layout; the copy requires no grad.
-  at::Tensor copy = at::empty(saved.sizes(), saved.options());
+  // Straight to the CPU allocator: the dispatcher's way to at::empty costs as much as
+  // the copy of a small buffer (BufferJournal snapshots dozens per capture). The copy is
+  // dense, strided and requires no grad, as at::empty's would be.
+  at::Tensor copy = at::detail::empty_cpu(saved.sizes(), saved.scalar_type());
   if (bytes == 0) return copy;
   const char* from = static_cast<const char*>(saved.data_ptr());
   char* to = static_cast<char*>(copy.data_ptr());
