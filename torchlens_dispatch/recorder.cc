@@ -80,6 +80,7 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   if (options_.value_sink) record_.SetValueSink(&options_.value_sink, streaming_);
   CaptureRecord& record = record_.record();
   record.module_addresses = layout_->module_addresses;
+  record.layout = layout_;
   record.param_addresses = layout_->param_addresses;
   record.modules = layout_->trace_modules;
   record.params = layout_->trace_params;
