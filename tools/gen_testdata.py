@@ -672,6 +672,59 @@ class PositiveCount(nn.Module):
         return x * float(n)
 
 
+class OutArguments(nn.Module):
+    """out= destinations, a buffer and an activation: written whole, whatever they held."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(2, 3))
+
+    def forward(self, x):
+        torch.add(x, 1.0, out=self.buf)
+        y = torch.zeros(2, 3)
+        torch.mul(x, 2.0, out=y)
+        return self.buf * 2 + y
+
+
+class ResizeAs(nn.Module):
+    """resize_as_ reads only its template's sizes."""
+
+    def forward(self, x):
+        y = torch.arange(6.0)
+        y.resize_as_(x)
+        return y * 1.5 + x
+
+
+class PackedStats(nn.Module):
+    """Both running statistics in one buffer, read through column views (eval mode);
+    and a sum over a strided slice of a buffer, whose order of addition follows the
+    strides."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("stats", torch.stack([torch.linspace(-1, 1, 4),
+                                                   torch.linspace(0.5, 2, 4)], 1))
+        self.register_buffer("table", torch.linspace(-3, 3, 300 * 77).reshape(300, 77))
+
+    def forward(self, x):
+        y = F.batch_norm(x, self.stats[:, 0], self.stats[:, 1], training=self.training,
+                         momentum=0.1)
+        return y, self.table[:, ::2].sum(0)
+
+
+class UpdateStats(nn.Module):
+    """batch_norm_update_stats writes both running statistics on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("rm", torch.zeros(3))
+        self.register_buffer("rv", torch.ones(3))
+
+    def forward(self, x):
+        mean, var = torch.batch_norm_update_stats(x, self.rm, self.rv, 0.1)
+        return mean + var
+
+
 class ChunkHeads(nn.Module):
     """An op with several outputs (chunk), each read by its own head."""
 
@@ -908,6 +961,10 @@ def models():
         "positive_count": (PositiveCount, [torch.tensor([1.0, -2.0, 3.0, -4.0])], False),
         "threshold_guard": (ThresholdGuard, [rand(2, 3)], False),
         "chunk_heads": (ChunkHeads, [rand(2, 4)], False),
+        "out_arguments": (OutArguments, [rand(2, 3)], False),
+        "resize_as": (ResizeAs, [rand(2, 3)], False),
+        "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
+        "update_stats": (UpdateStats, [rand(6, 3)], True),
         "divide_by_zero": (DivideByZero, [rand(2, 3)], False),
         "positive_select": (PositiveSelect, [rand(2, 3)], False),
         "checks_input": (ChecksInput, [rand(2, 3)], False),

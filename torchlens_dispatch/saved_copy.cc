@@ -3,8 +3,12 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -22,9 +26,39 @@ bool IsPlainDenseBlock(const at::Tensor& saved) {
          !saved.is_conj() && !saved.is_neg() && saved.has_storage() && saved.is_contiguous();
 }
 
+// Whether `tensor` is strided with gaps between its elements but none of them shared:
+// sorted by stride, each dimension steps past the farthest offset of the ones inside it.
+bool StridedWithoutOverlap(const at::Tensor& tensor) {
+  if (tensor.layout() != at::kStrided || tensor.is_quantized() || tensor.is_conj() ||
+      tensor.is_neg() || !tensor.has_storage() || tensor.is_non_overlapping_and_dense()) {
+    return false;
+  }
+  absl::InlinedVector<std::pair<int64_t, int64_t>, 6> dims;  // (stride, size), size > 1
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    if (tensor.size(d) == 0) return false;  // nothing to copy: clone is as good
+    if (tensor.size(d) > 1) dims.emplace_back(tensor.stride(d), tensor.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the farthest offset the dimensions so far reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return false;
+    reach += stride * (size - 1);
+  }
+  const int64_t extent = reach + 1;
+  // The copy's storage spans the gaps: a column of a large matrix stays a dense copy.
+  constexpr int64_t kAlwaysBytes = 1 << 20;
+  return extent <= 4 * tensor.numel() ||
+         extent * static_cast<int64_t>(tensor.element_size()) <= kAlwaysBytes;
+}
+
 }  // namespace
 
 at::Tensor CopyOfSaved(const at::Tensor& saved) {
+  if (StridedWithoutOverlap(saved)) {  // NOTE [Saved copies keep their strides]
+    at::Tensor copy = at::empty_strided(saved.sizes(), saved.strides(), saved.options());
+    copy.copy_(saved);
+    return copy;
+  }
   if (!IsPlainDenseBlock(saved)) return saved.clone();
   const size_t bytes = saved.nbytes();
   // Straight to the CPU allocator: the dispatcher's way to at::empty costs as much as

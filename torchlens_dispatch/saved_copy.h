@@ -11,7 +11,19 @@
 // "Performance" has the measurements). Contiguous CPU tensors under 256 KiB (whose copy
 // may well be read soon, from cache) are copied with one memcpy: `clone()` would set up a
 // TensorIterator, which costs more than copying a small tensor (a BatchNorm's running
-// statistics, a recurrent state). Everything else is cloned.
+// statistics, a recurrent state). Everything else is cloned, keeping its strides.
+//
+// NOTE [Saved copies keep their strides]
+// A kernel's result can depend on its input's strides: a reduction over a strided slice
+// (`self.stats[:, 0]`, `buf[:, ::2].sum(0)`) adds in another order than over a dense copy,
+// and the float results differ in the last bits. Validation replays ops on saved values
+// and compares bitwise, so a saved copy must keep the layout the op read. `clone()` keeps
+// the strides of dense tensors only and makes a slice with gaps contiguous: such a slice is
+// copied into a tensor of the same strides instead (its storage spans the gaps, so this is
+// done when the span is at most 4 times the elements or 1 MiB; a column of a large matrix
+// is still copied dense). A tensor
+// whose elements overlap (an expanded one) cannot be written with its own strides and is
+// cloned.
 #ifndef TORCHLENS_DISPATCH_SAVED_COPY_H_
 #define TORCHLENS_DISPATCH_SAVED_COPY_H_
 
@@ -19,7 +31,7 @@
 
 namespace torchlens {
 
-// A tensor equal to `saved` (same sizes, strides when contiguous, dtype and device) that
+// A tensor equal to `saved` (same sizes, strides unless elements overlap, dtype and device) that
 // shares no memory with it, as `saved.clone()` gives. It requires grad only when `saved`
 // does and is not contiguous (clone); callers copying a value that may require grad detach
 // it first.

@@ -46,5 +46,27 @@ TEST(SavedCopyTest, LargeAndNonContiguousTensorsAreCopiedExactly) {
   EXPECT_EQ(copy.strides(), transposed.strides());  // clone keeps a permuted layout
 }
 
+TEST(SavedCopyTest, SlicesWithGapsKeepTheirStrides) {
+  // NOTE [Saved copies keep their strides]: a reduction over the copy adds in the order
+  // the op added over the slice.
+  const at::Tensor base = at::randn({300, 77});
+  const at::Tensor every_other = base.slice(1, 0, 77, 2);
+  ExpectIndependentCopy(base.clone().slice(1, 0, 77, 2));
+  const at::Tensor copy = CopyOfSaved(every_other);
+  EXPECT_EQ(copy.strides(), every_other.strides());
+  EXPECT_TRUE(at::equal(copy.sum(0), every_other.sum(0)));
+  // Both running statistics packed in one buffer: a column of a [C, 2] tensor.
+  const at::Tensor packed = at::randn({64, 2});
+  EXPECT_EQ(CopyOfSaved(packed.select(1, 1)).strides(), packed.select(1, 1).strides());
+  // A column of a large matrix would copy the whole span: it is copied dense.
+  const at::Tensor column = at::zeros({2048, 2048}).select(1, 3);
+  EXPECT_EQ(CopyOfSaved(column).stride(0), 1);
+  // Overlapping elements cannot be written with their own strides.
+  const at::Tensor expanded = at::arange(3, at::kFloat).expand({4, 3});
+  const at::Tensor dense = CopyOfSaved(expanded);
+  EXPECT_TRUE(at::equal(dense, expanded));
+  EXPECT_EQ(dense.stride(0), 3);
+}
+
 }  // namespace
 }  // namespace torchlens

@@ -127,6 +127,22 @@ std::vector<int> FirstTensorOfArguments(const Op& op) {
   return first;
 }
 
+std::vector<int> OutTensors(const Op& op) {
+  std::vector<int> out;
+  absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
+  if (!handle.ok()) return out;
+  const std::vector<c10::Argument>& arguments = handle->schema().arguments();
+  int index = 0;
+  for (size_t a = 0; a < op.creation_args.size(); ++a) {
+    const bool is_out = a < arguments.size() && arguments[a].is_out();
+    ForEachTensor(op.creation_args[a], [&](const at::Tensor&) {
+      if (is_out) out.push_back(index);
+      ++index;
+    });
+  }
+  return out;
+}
+
 FusedStateVersions FindFusedStateVersions(const Op& op, int argument,
                                           const std::function<const Op*(absl::string_view)>& node) {
   FusedStateVersions versions;

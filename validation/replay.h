@@ -81,6 +81,11 @@ absl::Status RequireSavedValues(const Trace& trace, absl::string_view purpose);
 // tensor; -1 for arguments that hold no tensor.
 std::vector<int> FirstTensorOfArguments(const Op& op);
 
+// The tensor indexes (as in FirstTensorOfArguments) of `op`'s out= arguments
+// (`torch.add(a, b, out=y)`: kwarg-only arguments the schema declares written). Empty when
+// the operator is not registered in this process.
+std::vector<int> OutTensors(const Op& op);
+
 // The buffer versions around a fused write (NOTE [Fused buffer writes]): for state
 // argument `argument` of `op`, the version the call read (`previous`, null when the
 // argument is not a registered buffer) and the kFused version it wrote (`written`, null

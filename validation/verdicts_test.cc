@@ -36,7 +36,8 @@ const std::vector<std::string>& IssueModels() {
       "bn_cumulative_train", "nan_buffer",        "dead_branch",      "view_write",
       "view_write_partial",  "view_before_write", "input_view_write", "view_of_view_write",
       "masked_nan",          "topk_any",          "log_nan",          "positive_count",
-      "threshold_guard",     "chunk_heads",       "positive_select"};
+      "threshold_guard",     "chunk_heads",       "positive_select",  "out_arguments",
+      "resize_as",           "packed_stats_eval", "update_stats"};
   return *names;
 }
 

@@ -32,6 +32,8 @@ constexpr OpArgument kShapeOnlyArguments[] = {
     {"aten::view_as", 1},
     {"aten::reshape_as", 1},
     {"aten::type_as", 1},
+    {"aten::resize_as_", 1},  // only the template's sizes
+    {"aten::resize_as_sparse_", 1},
     {"aten::to", 1},  // to.other: the second tensor gives only dtype and device
     {"aten::copy_", 0},
     {"aten::fill_", 0},

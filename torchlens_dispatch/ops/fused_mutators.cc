@@ -24,6 +24,8 @@ constexpr FusedMutatorNames kFusedMutators[] = {
     {"aten::_batch_norm_impl_index", {"running_mean", "running_var"}, "training"},
     {"aten::native_batch_norm", {"running_mean", "running_var"}, "training"},
     {"aten::instance_norm", {"running_mean", "running_var"}, "use_input_stats"},
+    // Always updates them (no flag): SyncBatchNorm's and functorch's building block.
+    {"aten::batch_norm_update_stats", {"running_mean", "running_var"}, ""},
 };
 
 int Position(const c10::FunctionSchema& schema, absl::string_view argument) {
@@ -51,7 +53,7 @@ std::vector<FusedMutator> Resolve() {
         FusedMutator{names.op,
                      2,
                      {Position(schema, names.state[0]), Position(schema, names.state[1])},
-                     Position(schema, names.update_flag)});
+                     names.update_flag.empty() ? -1 : Position(schema, names.update_flag)});
   }
   return resolved;
 }
@@ -69,6 +71,7 @@ const FusedMutator* FindFusedMutator(absl::string_view name) {
 }
 
 bool UpdatesState(const FusedMutator& mutator, c10::ArrayRef<c10::IValue> args) {
+  if (mutator.update_flag_argument < 0) return true;  // updates on every call
   if (mutator.update_flag_argument >= static_cast<int>(args.size())) return false;
   const c10::IValue& flag = args[mutator.update_flag_argument];
   return flag.isBool() && flag.toBool();

@@ -30,7 +30,7 @@ struct FusedMutator {
   absl::string_view name;  // operator name without overload, "aten::batch_norm"
   int num_state_arguments;
   int state_arguments[2];    // argument positions of the running statistics
-  int update_flag_argument;  // the bool argument that says the call updates them
+  int update_flag_argument;  // the bool argument that says the call updates them; -1: always
 };
 
 // The entry for the operator `name`, or nullptr. The first call resolves every entry's

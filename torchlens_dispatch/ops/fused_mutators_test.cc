@@ -34,5 +34,15 @@ TEST(FusedMutatorsTest, UpdateFlagIsReadFromTheCall) {
   EXPECT_FALSE(UpdatesState(*mutator, std::vector<c10::IValue>(3)));  // too few arguments
 }
 
+TEST(FusedMutatorsTest, BatchNormUpdateStatsAlwaysUpdates) {
+  // batch_norm_update_stats(input, running_mean, running_var, momentum): no flag.
+  const FusedMutator* mutator = FindFusedMutator("aten::batch_norm_update_stats");
+  ASSERT_NE(mutator, nullptr);
+  EXPECT_EQ(mutator->state_arguments[0], 1);
+  EXPECT_EQ(mutator->state_arguments[1], 2);
+  EXPECT_EQ(mutator->update_flag_argument, -1);
+  EXPECT_TRUE(UpdatesState(*mutator, std::vector<c10::IValue>(4)));
+}
+
 }  // namespace
 }  // namespace torchlens
