@@ -54,7 +54,7 @@ std::vector<char> SavedBytes(const Trace& trace, const std::string& name) {
 
 TEST(TraceFileTest, RoundTripGivesAnEqualTrace) {
   for (const char* name : {"convbn_train", "seed_recurrent", "slice_copy", "dropout_train",
-                           "multi_output", "counter_cell", "nested_branches"}) {
+                           "multi_output", "counter_cell", "nested_branches", "dtype_views"}) {
     SCOPED_TRACE(name);
     const Trace trace = Capture(name);
     const std::string path = Temp(absl::StrCat(name, ".trace.pt"));

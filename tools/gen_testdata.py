@@ -725,6 +725,14 @@ class UpdateStats(nn.Module):
         return mean + var
 
 
+class DtypeViews(nn.Module):
+    """Views with another dtype than their base: one storage read as two dtypes."""
+
+    def forward(self, x):
+        real = torch.view_as_real(torch.complex(x, x))
+        return real * 1, torch.view_as_complex(x * 2)
+
+
 class ChunkHeads(nn.Module):
     """An op with several outputs (chunk), each read by its own head."""
 
@@ -965,6 +973,7 @@ def models():
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "update_stats": (UpdateStats, [rand(6, 3)], True),
+        "dtype_views": (DtypeViews, [rand(3, 2)], False),
         "divide_by_zero": (DivideByZero, [rand(2, 3)], False),
         "positive_select": (PositiveSelect, [rand(2, 3)], False),
         "checks_input": (ChecksInput, [rand(2, 3)], False),

@@ -11,3 +11,19 @@ for how in save stream_to; do
   /usr/bin/python3 tools/check_trace_file.py "$TEST_TMPDIR/$how.pt" "$TEST_TMPDIR/$how.json" \
       "$TEST_TMPDIR/$how.svg" "$TEST_TMPDIR/fields.txt"
 done
+
+# Views whose dtype differs from their base's (NOTE [One dtype per storage]): Python reads
+# the values the model returns for the input the file holds.
+tools/torchlens --model testdata/dtype_views.pt --input_shape 3,2 --save "$TEST_TMPDIR/dtype.pt" \
+    >/dev/null
+/usr/bin/python3 - "$TEST_TMPDIR/dtype.pt" testdata/dtype_views.pt <<'PY'
+import sys
+import torch
+trace = torch.load(sys.argv[1])
+ops = {op["label"]: op for op in trace["ops"]}
+expected = torch.jit.load(sys.argv[2])(ops["input_1"]["out"])
+for i, value in enumerate(expected):
+    out = ops[f"output_{i + 1}"]["out"]
+    assert out.dtype == value.dtype and torch.equal(out, value), (i, out, value)
+print("dtype views read back:", [str(v.dtype) for v in expected])
+PY
