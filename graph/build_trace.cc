@@ -41,6 +41,17 @@ Trace BuildTrace(CaptureRecord record) {
   std::vector<int> buffer_number(record.buffers.size(), 0);
   std::vector<int> buffer_versions(record.buffers.size(), 0);
   int buffers_seen = 0;
+  // An initial read recorded after a write of its buffer is still its version 1, and the
+  // writes follow it (CaptureRecord::late_initial_reads).
+  std::vector<char> has_initial_read;
+  if (record.late_initial_reads) {
+    has_initial_read.assign(record.buffers.size(), 0);
+    for (const NodeRecord& node : record.nodes) {
+      if (node.kind == NodeRecord::Kind::kBufferVersion && !node.write_kind.has_value()) {
+        has_initial_read[node.buffer] = 1;
+      }
+    }
+  }
   // Layer numbers (graph/layer_numbering.h), and per distinct operator (not per op) its
   // type name and type id.
   LayerNumbering numbering;
@@ -117,7 +128,13 @@ Trace BuildTrace(CaptureRecord record) {
         op.kind = OpKind::kBufferVersion;
         op.is_buffer = true;
         op.address = *buffer.address;
-        op.buffer_pass = ++buffer_versions[node.buffer];
+        if (has_initial_read.empty()) {
+          op.buffer_pass = ++buffer_versions[node.buffer];
+        } else {
+          op.buffer_pass = node.write_kind.has_value()
+                               ? ++buffer_versions[node.buffer] + has_initial_read[node.buffer]
+                               : 1;
+        }
         op.buffer_write_kind = node.write_kind;
         op.buffer_value_changed = node.value_changed;
         op.module_address = module_address(buffer.module);

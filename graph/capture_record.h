@@ -127,7 +127,10 @@ struct CaptureRecord {
   // `extra_module_addresses`.
   std::shared_ptr<const std::vector<std::string>> module_addresses;
   std::vector<std::string> extra_module_addresses;
-  std::vector<BufferRecord> buffers;   // every registered buffer
+  std::vector<BufferRecord> buffers;  // every registered buffer
+  // A buffer's initial read was recorded after one of its writes (NOTE [Former registered
+  // tensors] in torchlens_dispatch/buffer_journal.cc): it still is the buffer's version 1.
+  bool late_initial_reads = false;
   std::shared_ptr<const void> layout;  // owns the strings BufferRecord::address points to
   // Param ids (SourceRecord::kParam) index this.
   std::shared_ptr<const std::vector<std::string>> param_addresses;

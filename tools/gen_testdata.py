@@ -733,6 +733,49 @@ class DtypeViews(nn.Module):
         return real * 1, torch.view_as_complex(x * 2)
 
 
+class FormerAfterReassign(nn.Module):
+    """The registered tensor, used and written after the slot was given another one."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.arange(2.0))
+
+    def forward(self, x):
+        old = self.buf
+        self.buf = x * 2
+        old.add_(x)
+        return old * 3
+
+
+class MoveBuffers(nn.Module):
+    """One buffer's tensor moved into another's slot, then the first reassigned."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("a", torch.full((2,), 1.0))
+        self.register_buffer("b", torch.full((2,), 2.0))
+
+    def forward(self, x):
+        self.a = self.b
+        self.b = x * 3
+        return x * self.a
+
+
+class SwapBuffers(nn.Module):
+    """Two buffers swapped through a local."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("a", torch.full((2,), 1.0))
+        self.register_buffer("b", torch.full((2,), 2.0))
+
+    def forward(self, x):
+        t = self.a
+        self.a = self.b
+        self.b = t
+        return x * self.a + self.b
+
+
 class ChunkHeads(nn.Module):
     """An op with several outputs (chunk), each read by its own head."""
 
@@ -974,6 +1017,9 @@ def models():
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "update_stats": (UpdateStats, [rand(6, 3)], True),
         "dtype_views": (DtypeViews, [rand(3, 2)], False),
+        "former_after_reassign": (FormerAfterReassign, [rand(2)], False),
+        "move_buffers": (MoveBuffers, [rand(2)], False),
+        "swap_buffers": (SwapBuffers, [rand(2)], False),
         "divide_by_zero": (DivideByZero, [rand(2, 3)], False),
         "positive_select": (PositiveSelect, [rand(2, 3)], False),
         "checks_input": (ChecksInput, [rand(2, 3)], False),

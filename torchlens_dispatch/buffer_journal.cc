@@ -111,6 +111,15 @@ int32_t BufferJournal::Read(int32_t buffer) {
                     keeps_value ? Snapshot(state.latest) : state.latest, std::nullopt);
 }
 
+int32_t BufferJournal::ReadInitial(int32_t buffer) {
+  const at::Tensor& initial = record_->record().buffers[buffer].initial_value;
+  // See NOTE [Independent initial values].
+  const at::Tensor value = save_ || record_->streams() ? Snapshot(initial) : initial;
+  record_->record().late_initial_reads = true;
+  return record_->AddBufferVersion(buffer, std::nullopt, nullptr, value, std::nullopt,
+                                   save_ ? record_->AddSlot(value) : -1);
+}
+
 void BufferJournal::NoteWrite(const at::Tensor& written, WriteKind kind, int32_t written_tensor) {
   const absl::InlinedVector<int32_t, 1>* buffers =
       BuffersIn(written.storage().unsafeGetStorageImpl());
@@ -253,10 +262,37 @@ void BufferJournal::CheckAll() {
   }
 }
 
+int32_t BufferJournal::OtherHolder(int32_t buffer, const at::Tensor& tensor) const {
+  if (!tensor.defined() || !tensor.has_storage()) return -1;
+  const absl::InlinedVector<int32_t, 1>* buffers =
+      BuffersIn(tensor.storage().unsafeGetStorageImpl());
+  if (buffers == nullptr) return -1;
+  for (int32_t other : *buffers) {
+    if (other != buffer &&
+        buffers_[other].holder.unsafeGetTensorImpl() == tensor.unsafeGetTensorImpl()) {
+      return other;
+    }
+  }
+  return -1;
+}
+
 void BufferJournal::OnReassign(int32_t buffer, const at::Tensor& tensor) {
   State& state = buffers_[buffer];
-  // The former holder stops being the buffer but keeps its producer.
-  tensors_->SetBuffer(state.holder, -1);
+  // NOTE [Former registered tensors]
+  // The tensor the slot held stays a value the code may use after the reassignment:
+  // `old = self.b; self.b = t; y = old + 1; old.add_(x)`, or a swap through a local. It
+  // keeps its producer when an op made it. Otherwise its value is the buffer's current
+  // version, or, when nothing read the buffer before, its initial value: that read version
+  // is made when the tensor is first used (the reassignment then comes before it in the
+  // buffer's versions), so a buffer reassigned without being read gets no extra version.
+  // With saved values the version's value is a copy, so a later write to the old tensor
+  // changes neither the version nor the replay of the ops that read it. A tensor another
+  // buffer's slot also holds (`self.a = self.b`, then `self.b = t`) stays that buffer's.
+  // The new tensor's producer is likewise the current version of the buffer whose slot
+  // holds it, when no op made it.
+  if (OtherHolder(buffer, state.holder) < 0) {
+    tensors_->SetFormerBuffer(state.holder, buffer, state.version);
+  }
   if (state.storage != nullptr) {
     auto it = storages_.find(state.storage);
     if (it != storages_.end()) {
@@ -266,7 +302,15 @@ void BufferJournal::OnReassign(int32_t buffer, const at::Tensor& tensor) {
   state.former_holders.push_back(state.holder);
   // The new tensor's producer (none for a tensor from outside the capture) is the
   // version's producer.
-  const SourceRecord producer = tensors_->SourceOf(tensor);
+  SourceRecord producer = tensors_->SourceOf(tensor);
+  if (producer.kind != SourceRecord::Kind::kNode) {
+    if (const int32_t from = OtherHolder(buffer, tensor); from >= 0) {
+      producer.kind = SourceRecord::Kind::kNode;
+      producer.index = Read(from);
+      producer.output_index = 0;
+      producer.slot = record_->OutputSlot(producer.index);
+    }
+  }
   SetHolder(buffer, tensor);
   const SourceRecord* source = producer.kind == SourceRecord::Kind::kNode ? &producer : nullptr;
   // NOTE [Reassigned values by reference]: with saved values, the producer's saved value

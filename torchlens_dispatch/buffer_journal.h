@@ -41,8 +41,12 @@ class BufferJournal {
     virtual ~Tensors() = default;
     // Where `tensor`'s value came from (kNode naming its producer), or a kNone source.
     virtual SourceRecord SourceOf(const at::Tensor& tensor) = 0;
-    // `tensor` is now the registered tensor of `buffer`; with -1, no longer a buffer's.
+    // `tensor` is now the registered tensor of `buffer`.
     virtual void SetBuffer(const at::Tensor& tensor, int32_t buffer) = 0;
+    // `tensor` was the registered tensor of `buffer` and no longer is (NOTE [Former
+    // registered tensors]). Unless an op produced it, its value is that of version node
+    // `version`, or with -1 the buffer's initial value (ReadInitial, on first use).
+    virtual void SetFormerBuffer(const at::Tensor& tensor, int32_t buffer, int32_t version) = 0;
   };
 
   // Snapshots every buffer's value (the initial values) and appends nothing yet. With
@@ -63,6 +67,10 @@ class BufferJournal {
   // The node of the buffer's current version: its initial read if nothing read or wrote
   // it before. NOTE [Independent initial values]: the read holds its own copy.
   int32_t Read(int32_t buffer);
+  // A read version of the buffer's initial value, whatever its current version is: for
+  // its former registered tensor, used after a reassignment (NOTE [Former registered
+  // tensors]).
+  int32_t ReadInitial(int32_t buffer);
 
   // Before `written` is written by the current user-level op: each buffer whose bytes it
   // overlaps gets one pending version. `written_tensor` is its tensor argument index, -1
@@ -117,6 +125,8 @@ class BufferJournal {
   void SetHolder(int32_t buffer, const at::Tensor& tensor);
   void Reindex(int32_t buffer);  // after an op moved the holder (set_)
   void OnReassign(int32_t buffer, const at::Tensor& tensor);
+  // Another buffer than `buffer` whose registered tensor is `tensor`, or -1.
+  int32_t OtherHolder(int32_t buffer, const at::Tensor& tensor) const;
   // Keeps the holder itself as `latest`, with its fingerprint, and makes `latest` a copy
   // again when its value as of then is needed (NOTE [Reassigned values by reference]).
   void KeepHolderAsLatest(State& state);

@@ -33,10 +33,15 @@ class FakeTensors : public BufferJournal::Tensors {
   void SetBuffer(const at::Tensor& tensor, int32_t buffer) override {
     buffer_of[tensor.unsafeGetTensorImpl()] = buffer;
   }
+  void SetFormerBuffer(const at::Tensor& tensor, int32_t buffer, int32_t version) override {
+    buffer_of[tensor.unsafeGetTensorImpl()] = -1;
+    former[tensor.unsafeGetTensorImpl()] = {buffer, version};
+  }
   void Produced(const at::Tensor& tensor, int32_t node) {
     producers_[tensor.unsafeGetTensorImpl()] = node;
   }
   absl::flat_hash_map<const c10::TensorImpl*, int32_t> buffer_of;
+  absl::flat_hash_map<const c10::TensorImpl*, std::pair<int32_t, int32_t>> former;
 
  private:
   absl::flat_hash_map<const c10::TensorImpl*, int32_t> producers_;

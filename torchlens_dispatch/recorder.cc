@@ -541,6 +541,7 @@ SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
     source.slot = record_.OutputSlot(version);
     return source;
   }
+  ReadFormerBuffer(entry);
   if (entry->param >= 0) {
     if (*owner_module < 0) *owner_module = layout_->param_modules[entry->param];
     source.kind = SourceRecord::Kind::kParam;

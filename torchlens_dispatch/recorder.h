@@ -168,6 +168,7 @@ class Recorder : private BufferJournal::Tensors {
     int32_t slot = -1;            // saved current value; -1 when not saved (yet)
     int32_t param = -1;           // a parameter
     int32_t buffer = -1;          // this TensorImpl is the registered buffer now
+    int32_t former_buffer = -1;   // was it, unread (NOTE [Former registered tensors])
     int32_t buffer_view = -1;     // made without dispatch in the place of this buffer
     bool aliases_buffer = false;  // its storage overlaps a buffer's storage
     // Unsaved mode only: see NOTE [Address reuse in unsaved mode].
@@ -278,6 +279,9 @@ class Recorder : private BufferJournal::Tensors {
   // BufferJournal::Tensors
   SourceRecord SourceOf(const at::Tensor& tensor) override;
   void SetBuffer(const at::Tensor& tensor, int32_t buffer) override;
+  void SetFormerBuffer(const at::Tensor& tensor, int32_t buffer, int32_t version) override;
+  // A former registered tensor's first use gets its buffer's initial read version.
+  void ReadFormerBuffer(TensorEntry* entry);
 
   // The steps of Finish.
   void CopySavedValuesOfBuffers();

@@ -120,7 +120,8 @@ void Recorder::MarkInputs(const c10::IValue& inputs) {
 
 SourceRecord Recorder::SourceOf(const at::Tensor& tensor) {
   SourceRecord source;
-  const TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
+  TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
+  if (entry != nullptr) ReadFormerBuffer(entry);
   if (entry == nullptr || entry->node < 0) return source;
   source.kind = SourceRecord::Kind::kNode;
   source.index = entry->node;
@@ -129,14 +130,35 @@ SourceRecord Recorder::SourceOf(const at::Tensor& tensor) {
   return source;
 }
 
-void Recorder::SetBuffer(const at::Tensor& tensor, int32_t buffer) {
+void Recorder::ReadFormerBuffer(TensorEntry* entry) {
+  if (entry->node >= 0 || entry->former_buffer < 0) return;
+  // See NOTE [Former registered tensors].
+  entry->node = journal_.ReadInitial(entry->former_buffer);
+  entry->former_buffer = -1;
+  entry->output_index = 0;
+  entry->slot = record_.OutputSlot(entry->node);
+}
+
+void Recorder::SetFormerBuffer(const at::Tensor& tensor, int32_t buffer, int32_t version) {
   TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
-  if (buffer < 0) {
-    if (entry != nullptr) entry->buffer = -1;  // it keeps its producer
+  if (entry == nullptr) return;
+  entry->buffer = -1;
+  if (entry->node >= 0) return;  // it keeps its producer
+  // See NOTE [Former registered tensors].
+  if (version < 0) {
+    entry->former_buffer = buffer;
     return;
   }
+  entry->node = version;
+  entry->output_index = 0;
+  entry->slot = record_.OutputSlot(version);
+}
+
+void Recorder::SetBuffer(const at::Tensor& tensor, int32_t buffer) {
+  TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
   if (entry == nullptr) entry = &tensors_[tensor.unsafeGetTensorImpl()];
   entry->buffer = buffer;
+  entry->former_buffer = -1;
   entry->param = -1;
   entry->aliases_buffer = true;
   // The buffer slot keeps it alive: no address-reuse check (NOTE [Address reuse in unsaved

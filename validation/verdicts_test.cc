@@ -23,6 +23,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 using ::torchlens::testing_util::Capture;
 using ::torchlens::testing_util::Changed;
@@ -37,7 +38,8 @@ const std::vector<std::string>& IssueModels() {
       "view_write_partial",  "view_before_write", "input_view_write", "view_of_view_write",
       "masked_nan",          "topk_any",          "log_nan",          "positive_count",
       "threshold_guard",     "chunk_heads",       "positive_select",  "out_arguments",
-      "resize_as",           "packed_stats_eval", "update_stats"};
+      "resize_as",           "packed_stats_eval", "update_stats",     "former_after_reassign",
+      "move_buffers",        "swap_buffers"};
   return *names;
 }
 
@@ -289,6 +291,35 @@ TEST(VerdictsTest, BufferWritesOfEveryForm) {
   EXPECT_EQ(shared.buffers().at("c").num_overwrites, 1);
   EXPECT_TRUE(
       at::equal(shared.buffers().at("b").final_value, at::tensor({10.0f, 21.0f, 2.0f, 3.0f})));
+}
+
+// NOTE [Former registered tensors]: the tensor a slot held before a reassignment keeps
+// the buffer's version as its source.
+TEST(VerdictsTest, FormerRegisteredTensorsReadTheirBuffersVersions) {
+  // old = self.buf; self.buf = x * 2; old.add_(x): add_ reads buf's initial value, which
+  // stays version 1 although it was recorded after the reassignment.
+  const Trace former = Capture("former_after_reassign");
+  const Buffer& buf = former.buffers().at("buf");
+  ASSERT_EQ(buf.versions.size(), 2u);
+  EXPECT_FALSE(buf.versions[0]->buffer_write_kind.has_value());
+  EXPECT_EQ(buf.versions[1]->buffer_write_kind, WriteKind::kReassign);
+  EXPECT_TRUE(at::equal(*buf.value_at(1), at::tensor({0.0f, 1.0f})));
+  const Op* add = nullptr;
+  for (const Op& op : former.ops()) {
+    if (op.type == "add_") add = &op;
+  }
+  ASSERT_NE(add, nullptr);
+  EXPECT_THAT(add->parents, Contains(buf.versions[0]->label));
+  // self.a = self.b; self.b = x * 3; x * self.a: a's new version is b's value, read.
+  const Trace moved = Capture("move_buffers");
+  const Buffer& a = moved.buffers().at("a");
+  const Buffer& b = moved.buffers().at("b");
+  ASSERT_EQ(a.versions.size(), 1u);
+  ASSERT_EQ(b.versions.size(), 2u);
+  EXPECT_EQ(a.versions[0]->buffer_write_kind, WriteKind::kReassign);
+  EXPECT_THAT(a.versions[0]->parents, ElementsAre(b.versions[0]->label));
+  EXPECT_TRUE(at::equal(a.final_value, at::tensor({2.0f, 2.0f})));
+  EXPECT_THAT(a.versions[0]->children, Not(IsEmpty()));
 }
 
 TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
