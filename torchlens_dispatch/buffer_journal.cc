@@ -106,15 +106,14 @@ int32_t BufferJournal::Read(int32_t buffer) {
   // the buffer's `initial_value`, so that a check of the read version against the initial
   // value compares two tensors. A capture that keeps no values (and streams none) keeps
   // only the version's shape: it needs no copy, and `latest` stays the initial copy.
-  const bool keeps_value = save_ || record_->streams();
   return AddVersion(buffer, std::nullopt, nullptr,
-                    keeps_value ? Snapshot(state.latest) : state.latest, std::nullopt);
+                    KeepsValues() ? Snapshot(state.latest) : state.latest, std::nullopt);
 }
 
 int32_t BufferJournal::ReadInitial(int32_t buffer) {
   const at::Tensor& initial = record_->record().buffers[buffer].initial_value;
   // See NOTE [Independent initial values].
-  const at::Tensor value = save_ || record_->streams() ? Snapshot(initial) : initial;
+  const at::Tensor value = KeepsValues() ? Snapshot(initial) : initial;
   record_->record().late_initial_reads = true;
   return record_->AddBufferVersion(buffer, std::nullopt, nullptr, value, std::nullopt,
                                    save_ ? record_->AddSlot(value) : -1);

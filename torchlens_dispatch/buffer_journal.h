@@ -122,6 +122,8 @@ class BufferJournal {
     at::Tensor written;      // the argument written (kInplace)
   };
 
+  // Whether versions keep their values (saved, or streamed to a sink).
+  bool KeepsValues() const { return save_ || record_->streams(); }
   void SetHolder(int32_t buffer, const at::Tensor& tensor);
   void Reindex(int32_t buffer);  // after an op moved the holder (set_)
   void OnReassign(int32_t buffer, const at::Tensor& tensor);

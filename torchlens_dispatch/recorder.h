@@ -282,6 +282,8 @@ class Recorder : private BufferJournal::Tensors {
   void SetFormerBuffer(const at::Tensor& tensor, int32_t buffer, int32_t version) override;
   // A former registered tensor's first use gets its buffer's initial read version.
   void ReadFormerBuffer(TensorEntry* entry);
+  // The tensor's value is buffer version node `version`'s (its only output).
+  void ProducedBy(TensorEntry* entry, int32_t version);
 
   // The steps of Finish.
   void CopySavedValuesOfBuffers();

@@ -133,10 +133,15 @@ SourceRecord Recorder::SourceOf(const at::Tensor& tensor) {
 void Recorder::ReadFormerBuffer(TensorEntry* entry) {
   if (entry->node >= 0 || entry->former_buffer < 0) return;
   // See NOTE [Former registered tensors].
-  entry->node = journal_.ReadInitial(entry->former_buffer);
+  const int32_t version = journal_.ReadInitial(entry->former_buffer);
   entry->former_buffer = -1;
+  ProducedBy(entry, version);
+}
+
+void Recorder::ProducedBy(TensorEntry* entry, int32_t version) {
+  entry->node = version;
   entry->output_index = 0;
-  entry->slot = record_.OutputSlot(entry->node);
+  entry->slot = record_.OutputSlot(version);
 }
 
 void Recorder::SetFormerBuffer(const at::Tensor& tensor, int32_t buffer, int32_t version) {
@@ -149,9 +154,7 @@ void Recorder::SetFormerBuffer(const at::Tensor& tensor, int32_t buffer, int32_t
     entry->former_buffer = buffer;
     return;
   }
-  entry->node = version;
-  entry->output_index = 0;
-  entry->slot = record_.OutputSlot(version);
+  ProducedBy(entry, version);
 }
 
 void Recorder::SetBuffer(const at::Tensor& tensor, int32_t buffer) {

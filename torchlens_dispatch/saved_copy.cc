@@ -54,12 +54,13 @@ bool StridedWithoutOverlap(const at::Tensor& tensor) {
 }  // namespace
 
 at::Tensor CopyOfSaved(const at::Tensor& saved) {
-  if (StridedWithoutOverlap(saved)) {  // NOTE [Saved copies keep their strides]
+  if (!IsPlainDenseBlock(saved)) {
+    if (!StridedWithoutOverlap(saved)) return saved.clone();
+    // See NOTE [Saved copies keep their strides].
     at::Tensor copy = at::empty_strided(saved.sizes(), saved.strides(), saved.options());
     copy.copy_(saved);
     return copy;
   }
-  if (!IsPlainDenseBlock(saved)) return saved.clone();
   const size_t bytes = saved.nbytes();
   // Straight to the CPU allocator: the dispatcher's way to at::empty costs as much as
   // the copy of a small buffer (BufferJournal snapshots dozens per capture). The copy is
