@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -17,7 +18,6 @@
 #include "graph/file_io.h"
 #include "graph/op_fields.h"
 #include "graph/torch_load.h"
-#include "torchlens_dispatch/ops/ivalue_tensors.h"
 
 namespace torchlens {
 namespace {
@@ -516,16 +516,61 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
 // meets on it. A tensor of another dtype on the same storage (`torch.view_as_real` of a
 // complex op output, `view_as_complex` of a float one, `.view(dtype)`) would be read back
 // through the wrong type: Python's torch.load fails or returns other values. Such a
-// tensor is written as a copy with a storage of its own, in a copy of the file's value
-// tree (MapTensors): the trace is not changed.
-c10::IValue WithOneDtypePerStorage(const c10::IValue& root) {
-  absl::flat_hash_map<const c10::StorageImpl*, c10::ScalarType> dtypes;
-  return MapTensors(root, [&](const at::Tensor& t) -> at::Tensor {
-    if (!t.defined() || !t.has_storage()) return t;
-    auto [it, first] = dtypes.emplace(t.storage().unsafeGetStorageImpl(), t.scalar_type());
-    return first || it->second == t.scalar_type() ? t : t.clone();
-  });
-}
+// tensor is written as a copy with a storage of its own. The trace is not changed: a list
+// or tuple holding such a tensor is copied, not written.
+class OneDtypePerStorage {
+ public:
+  // `value` with such tensors copied, or nullopt when it holds none.
+  std::optional<c10::IValue> Separate(const c10::IValue& value) {
+    if (value.isTensor()) {
+      const at::Tensor& t = value.toTensor();
+      if (!t.defined() || !t.has_storage()) return std::nullopt;
+      auto [it, first] = dtypes_.emplace(t.storage().unsafeGetStorageImpl(), t.scalar_type());
+      if (first || it->second == t.scalar_type()) return std::nullopt;
+      at::Tensor copy = t.clone();
+      dtypes_.emplace(copy.storage().unsafeGetStorageImpl(), copy.scalar_type());
+      return c10::IValue(std::move(copy));
+    }
+    if (value.isList()) {
+      c10::List<c10::IValue> list = value.toList();
+      std::optional<c10::List<c10::IValue>> copy;
+      for (size_t i = 0; i < list.size(); ++i) {
+        std::optional<c10::IValue> element = Separate(list.get(i));
+        if (!element.has_value()) continue;
+        if (!copy.has_value()) copy = list.copy();
+        copy->set(i, *std::move(element));
+      }
+      return copy.has_value() ? std::optional<c10::IValue>(c10::IValue(*copy)) : std::nullopt;
+    }
+    if (value.isTuple()) {
+      const auto& elements = value.toTupleRef().elements();
+      std::vector<c10::IValue> copy;
+      for (size_t i = 0; i < elements.size(); ++i) {
+        std::optional<c10::IValue> element = Separate(elements[i]);
+        if (!element.has_value()) continue;
+        if (copy.empty()) copy.assign(elements.begin(), elements.end());
+        copy[i] = *std::move(element);
+      }
+      if (copy.empty()) return std::nullopt;
+      return c10::IValue(c10::ivalue::Tuple::create(std::move(copy)));
+    }
+    if (value.isGenericDict()) {
+      Dict dict = value.toGenericDict();
+      std::optional<Dict> copy;
+      for (const auto& entry : dict) {
+        std::optional<c10::IValue> element = Separate(entry.value());
+        if (!element.has_value()) continue;
+        if (!copy.has_value()) copy = dict.copy();
+        copy->insert_or_assign(entry.key(), *std::move(element));
+      }
+      return copy.has_value() ? std::optional<c10::IValue>(c10::IValue(*copy)) : std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  absl::flat_hash_map<const c10::StorageImpl*, c10::ScalarType> dtypes_;
+};
 
 }  // namespace
 
@@ -595,7 +640,11 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path) {
   if (!root.ok()) return root.status();
   std::vector<char> bytes;
   try {
-    bytes = torch::jit::pickle_save(WithOneDtypePerStorage(*root));
+    // See NOTE [One dtype per storage].
+    if (std::optional<c10::IValue> separated = OneDtypePerStorage().Separate(*root)) {
+      *root = *std::move(separated);
+    }
+    bytes = torch::jit::pickle_save(*root);
   } catch (const std::exception& e) {
     const std::string what = e.what();
     return absl::InternalError(
