@@ -686,6 +686,23 @@ class OutArguments(nn.Module):
         return self.buf * 2 + y
 
 
+class OutPair(nn.Module):
+    """out= calls with two destinations, two buffers and two activations: LibTorch's boxed
+    wrapper returns references to them (NOTE [Written arguments outlive the boxed call])."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("values", torch.zeros(3))
+        self.register_buffer("indices", torch.zeros(3, dtype=torch.long))
+
+    def forward(self, x):
+        torch.ops.aten.max(x, 1, False, max=self.values, max_values=self.indices)
+        sorted_values = torch.empty(0)
+        order = torch.empty(0, dtype=torch.long)
+        torch.ops.aten.sort(x, 1, False, values=sorted_values, indices=order)
+        return self.values * 2 + sorted_values[:, 0] + order[:, 0] + self.indices
+
+
 class ResizeAs(nn.Module):
     """resize_as_ reads only its template's sizes."""
 
@@ -1013,6 +1030,7 @@ def models():
         "threshold_guard": (ThresholdGuard, [rand(2, 3)], False),
         "chunk_heads": (ChunkHeads, [rand(2, 4)], False),
         "out_arguments": (OutArguments, [rand(2, 3)], False),
+        "out_pair": (OutPair, [rand(3, 4)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "update_stats": (UpdateStats, [rand(6, 3)], True),

@@ -35,7 +35,10 @@
 // Saved values are kept by reference (no copy). Before any write the capture sees (an
 // annotated in-place argument at any depth, or a fused mutator's state argument), every
 // saved value living in the written storage is replaced by a clone. Storages are indexed,
-// so this costs one hash lookup per written tensor, never a scan.
+// so this costs one hash lookup per written tensor, never a scan. A saved value that is
+// the written tensor itself is cloned even when it has no bytes to overlap: an out=
+// destination of zero elements (`torch.empty(0)`) is resized by the write, and the saved
+// value would otherwise take the new shape.
 //
 // NOTE [Writes through views]
 // `pad[:, :3].copy_(img)` writes the tensor `pad` through a view, and `x.mul_(2)` writes

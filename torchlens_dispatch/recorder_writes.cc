@@ -128,7 +128,8 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
     size_t kept = 0;
     for (const SavedValue& saved : storage.saved) {
       at::Tensor& value = record_.slot(saved.slot);
-      if (!Overlap(streaming_ ? streamed_slots_[saved.slot].bytes : ByteRange(value), range)) {
+      if (saved.tensor != tensor.unsafeGetTensorImpl() &&
+          !Overlap(streaming_ ? streamed_slots_[saved.slot].bytes : ByteRange(value), range)) {
         storage.saved[kept++] = saved;
         continue;
       }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -203,6 +204,15 @@ bool OwnedByTheCall(const at::Tensor& t) {
 }
 
 // Runs the op on `args` as given, or on clones of what it writes (`clone_written`).
+// NOTE [Written arguments outlive the boxed call]
+// LibTorch 1.13's boxed wrapper of an unboxed kernel (make_boxed_from_unboxed_functor.h)
+// drops the arguments off the stack before it pushes the returns. A returned `Tensor&` is
+// first copied into an owning `Tensor`, but a returned `std::tuple<Tensor&, Tensor&>`
+// (`max.dim_max`, `sort.values`, `topk.values`, ...) stays a tuple of references. When
+// the stack held the only reference to a written argument, as it does for the clones made
+// here, those references name freed tensors. Holding one more reference to every written
+// argument for the duration of the call keeps the returns alive. Callers whose arguments
+// are owned elsewhere (the model's buffers, the interpreter's registers) never hit this.
 absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bool clone_written) {
   absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
   if (!handle.ok()) return handle.status();
@@ -239,6 +249,13 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bo
                        " consumes randomness and the trace holds no generator state for it"));
     }
     randomness.emplace(op.rng_state);
+  }
+
+  // See NOTE [Written arguments outlive the boxed call].
+  std::vector<c10::IValue> written_arguments;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) written_arguments.push_back(args[i]);
   }
 
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);

@@ -39,7 +39,7 @@ const std::vector<std::string>& IssueModels() {
       "masked_nan",          "topk_any",          "log_nan",          "positive_count",
       "threshold_guard",     "chunk_heads",       "positive_select",  "out_arguments",
       "resize_as",           "packed_stats_eval", "update_stats",     "former_after_reassign",
-      "move_buffers",        "swap_buffers"};
+      "move_buffers",        "swap_buffers",      "out_pair"};
   return *names;
 }
 
