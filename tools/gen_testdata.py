@@ -742,6 +742,18 @@ class UpdateStats(nn.Module):
         return mean + var
 
 
+class FakeQuant(nn.Module):
+    """Quantization-aware training's fused observer and fake quantizer: one op that reads
+    two flag buffers and writes four more (running min and max, scale, zero point)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fq = torch.ao.quantization.FusedMovingAvgObsFakeQuantize()
+
+    def forward(self, x):
+        return self.fq(x) * 2
+
+
 class DtypeViews(nn.Module):
     """Views with another dtype than their base: one storage read as two dtypes."""
 
@@ -1034,6 +1046,7 @@ def models():
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "update_stats": (UpdateStats, [rand(6, 3)], True),
+        "fake_quant": (FakeQuant, [rand(2, 3)], True),
         "dtype_views": (DtypeViews, [rand(3, 2)], False),
         "former_after_reassign": (FormerAfterReassign, [rand(2)], False),
         "move_buffers": (MoveBuffers, [rand(2)], False),

@@ -203,7 +203,9 @@ bool OwnedByTheCall(const at::Tensor& t) {
   return t.use_count() == 1 && t.storage().use_count() == 1 && !t.is_view();
 }
 
-// Runs the op on `args` as given, or on clones of what it writes (`clone_written`).
+// Runs the op on clones of the tensors it writes, except the tensor numbered
+// `private_tensor` (in ForEachTensor order over `args`, -1 for none), which the caller made
+// for this call.
 // NOTE [Written arguments outlive the boxed call]
 // LibTorch 1.13's boxed wrapper of an unboxed kernel (make_boxed_from_unboxed_functor.h)
 // drops the arguments off the stack before it pushes the returns. A returned `Tensor&` is
@@ -213,7 +215,7 @@ bool OwnedByTheCall(const at::Tensor& t) {
 // here, those references name freed tensors. Holding one more reference to every written
 // argument for the duration of the call keeps the returns alive. Callers whose arguments
 // are owned elsewhere (the model's buffers, the interpreter's registers) never hit this.
-absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bool clone_written) {
+absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, int private_tensor) {
   absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
   if (!handle.ok()) return handle.status();
   const c10::FunctionSchema& schema = handle->schema();
@@ -228,16 +230,20 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bo
   const FusedMutator* fused = FindFusedMutator(op.func_name);
   const bool updating = fused != nullptr && UpdatesState(*fused, args);
   ReplayResult result;
+  int tensor_index = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
     const bool state = updating && IsStateArgument(*fused, static_cast<int>(i));
-    if ((clone_written && alias != nullptr && alias->isWrite()) || state) {
-      args[i] = MapTensors(args[i], [](const at::Tensor& t) {
-        return !t.defined() || OwnedByTheCall(t) ? t : t.detach().clone();
-      });
-      if (state && args[i].isTensor()) {
-        result.state_after.emplace_back(static_cast<int>(i), args[i].toTensor());
-      }
+    if (!(alias != nullptr && alias->isWrite()) && !state) {
+      ForEachTensor(args[i], [&](const at::Tensor&) { ++tensor_index; });
+      continue;
+    }
+    args[i] = MapTensors(args[i], [&](const at::Tensor& t) {
+      const bool made_for_the_call = tensor_index++ == private_tensor || OwnedByTheCall(t);
+      return !t.defined() || made_for_the_call ? t : t.detach().clone();
+    });
+    if (state && args[i].isTensor()) {
+      result.state_after.emplace_back(static_cast<int>(i), args[i].toTensor());
     }
   }
 
@@ -276,7 +282,7 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, bo
 }  // namespace
 
 absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> args) {
-  return Run(op, std::move(args), /*clone_written=*/true);
+  return Run(op, std::move(args), /*private_tensor=*/-1);
 }
 
 absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& write,
@@ -324,7 +330,9 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
       return index++ == write.written_tensor ? written_place : t;
     });
   }
-  absl::StatusOr<ReplayResult> result = Run(op, std::move(args), /*clone_written=*/false);
+  // The other tensors the op writes are still cloned: a kernel writing several arguments
+  // (the fused fake quantizer's scale and zero point) must not write the saved ones.
+  absl::StatusOr<ReplayResult> result = Run(op, std::move(args), write.written_tensor);
   if (!result.ok()) return result.status();
   return aliased_place.clone();
 }

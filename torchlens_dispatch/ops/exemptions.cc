@@ -47,6 +47,13 @@ constexpr OpArgument kShapeOnlyArguments[] = {
     {"aten::log_normal_", 0},
     {"aten::geometric_", 0},
     {"aten::bernoulli_", 0},
+    // Quantization-aware training's fused observer: with fake quantization on, scale and
+    // zero point are computed from the running min and max and written before they are
+    // read; with it off, the output is the input and reads neither.
+    {"aten::fused_moving_avg_obs_fake_quant", 5},
+    {"aten::fused_moving_avg_obs_fake_quant", 6},
+    {"aten::_fused_moving_avg_obs_fq_helper", 5},
+    {"aten::_fused_moving_avg_obs_fq_helper", 6},
 };
 
 // Arguments a kernel reads as indices without bounds checks: a perturbed value would make
