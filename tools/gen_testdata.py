@@ -713,7 +713,8 @@ class ResizeAs(nn.Module):
 
 
 class PackedStats(nn.Module):
-    """Both running statistics in one buffer, read through column views (eval mode);
+    """Both running statistics in one buffer, read (eval mode) or written (training mode)
+    through column views;
     and a sum over a strided slice of a buffer, whose order of addition follows the
     strides."""
 
@@ -1045,6 +1046,7 @@ def models():
         "out_pair": (OutPair, [rand(3, 4)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
+        "packed_stats_train": (PackedStats, [rand(5, 4)], True),
         "update_stats": (UpdateStats, [rand(6, 3)], True),
         "fake_quant": (FakeQuant, [rand(2, 3)], True),
         "dtype_views": (DtypeViews, [rand(3, 2)], False),

@@ -22,6 +22,7 @@
 #include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
+#include "torchlens_dispatch/saved_copy.h"
 
 namespace torchlens {
 namespace {
@@ -240,7 +241,9 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
     }
     args[i] = MapTensors(args[i], [&](const at::Tensor& t) {
       const bool made_for_the_call = tensor_index++ == private_tensor || OwnedByTheCall(t);
-      return !t.defined() || made_for_the_call ? t : t.detach().clone();
+      // See NOTE [Saved copies keep their strides]: a kernel may take another path for
+      // a dense clone of a strided state argument (batch norm does).
+      return !t.defined() || made_for_the_call ? t : CopyOfSaved(t.detach());
     });
     if (state && args[i].isTensor()) {
       result.state_after.emplace_back(static_cast<int>(i), args[i].toTensor());

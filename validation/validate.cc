@@ -135,9 +135,16 @@ class Validator {
   static std::vector<std::string> Ordered(Lines* lines) {
     std::stable_sort(lines->begin(), lines->end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
+    // One line per fact: an op with several alias writes replay cannot redo is listed once.
     std::vector<std::string> ordered;
     ordered.reserve(lines->size());
-    for (auto& [position, line] : *lines) ordered.push_back(std::move(line));
+    size_t group = 0;  // first line of the current position
+    for (size_t i = 0; i < lines->size(); ++i) {
+      auto& [position, line] = (*lines)[i];
+      if (i > 0 && position != (*lines)[i - 1].first) group = ordered.size();
+      if (std::find(ordered.begin() + group, ordered.end(), line) != ordered.end()) continue;
+      ordered.push_back(std::move(line));
+    }
     return ordered;
   }
 

@@ -325,6 +325,26 @@ TEST(VerdictsTest, FormerRegisteredTensorsReadTheirBuffersVersions) {
   EXPECT_THAT(a.versions[0]->children, Not(IsEmpty()));
 }
 
+// Batch norm in training mode writing both running statistics through column views of
+// one buffer: the kernel's output matches the capture bit for bit (the replay's copies of
+// the statistics keep their strides, which decide the kernel's path), and the buffer's
+// write, made by two arguments at once, is a state transition replay does not redo.
+TEST(VerdictsTest, FusedWriteThroughColumnViewsValidates) {
+  const testdata::Expected expected("packed_stats_train");
+  const Trace trace = Capture("packed_stats_train");
+  EXPECT_TRUE(Close(trace.buffers().at("stats").final_value, expected.buffer("stats")));
+  EXPECT_TRUE(Close(Get(trace, trace.output_labels()[0]).out, expected.output(0)));
+  const ValidationReport report = Validate(trace);
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+  EXPECT_THAT(report.state_transition_only, ElementsAre("batch_norm_1_5:1", "buffer_1:2"));
+
+  const Trace tampered = Changed(trace, "batch_norm_1_5:1", [](Op& op) {
+    op.out = Tampered(op.out);
+    if (!op.outs.empty()) op.outs.mutable_at(0) = op.out;
+  });
+  EXPECT_THAT(Validate(tampered).failures, Contains(HasSubstr("batch_norm_1_5:1")));
+}
+
 TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
   for (const char* name :
        {"masked_nan", "topk_any", "log_nan", "positive_count", "threshold_guard"}) {
