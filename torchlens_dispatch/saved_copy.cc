@@ -53,14 +53,16 @@ bool StridedWithoutOverlap(const at::Tensor& tensor) {
 
 }  // namespace
 
+at::Tensor StridedCopy(const at::Tensor& tensor) {
+  if (!StridedWithoutOverlap(tensor)) return tensor.clone();
+  // See NOTE [Saved copies keep their strides].
+  at::Tensor copy = at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options());
+  copy.copy_(tensor);
+  return copy;
+}
+
 at::Tensor CopyOfSaved(const at::Tensor& saved) {
-  if (!IsPlainDenseBlock(saved)) {
-    if (!StridedWithoutOverlap(saved)) return saved.clone();
-    // See NOTE [Saved copies keep their strides].
-    at::Tensor copy = at::empty_strided(saved.sizes(), saved.strides(), saved.options());
-    copy.copy_(saved);
-    return copy;
-  }
+  if (!IsPlainDenseBlock(saved)) return StridedCopy(saved);
   const size_t bytes = saved.nbytes();
   // Straight to the CPU allocator: the dispatcher's way to at::empty costs as much as
   // the copy of a small buffer (BufferJournal snapshots dozens per capture). The copy is

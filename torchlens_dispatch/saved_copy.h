@@ -37,6 +37,11 @@ namespace torchlens {
 // it first.
 at::Tensor CopyOfSaved(const at::Tensor& saved);
 
+// `tensor.clone()`, except that a slice with gaps keeps its strides (NOTE [Saved copies
+// keep their strides]): for a copy a kernel reads right away, as replay's copies of the
+// arguments an op writes.
+at::Tensor StridedCopy(const at::Tensor& tensor);
+
 }  // namespace torchlens
 
 #endif  // TORCHLENS_DISPATCH_SAVED_COPY_H_

@@ -68,5 +68,19 @@ TEST(SavedCopyTest, SlicesWithGapsKeepTheirStrides) {
   EXPECT_EQ(dense.stride(0), 3);
 }
 
+TEST(SavedCopyTest, StridedCopyKeepsStridesOfSlicesWithGaps) {
+  const at::Tensor packed = at::randn({64, 2});
+  const at::Tensor column = packed.select(1, 1);
+  const at::Tensor copy = StridedCopy(column);
+  EXPECT_EQ(copy.strides(), column.strides());
+  EXPECT_TRUE(at::equal(copy, column));
+  copy.fill_(3);
+  EXPECT_FALSE(at::equal(copy, column));  // its own memory
+  const at::Tensor channels_last =
+      at::randn({2, 3, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast);
+  EXPECT_EQ(StridedCopy(channels_last).strides(), channels_last.strides());
+  EXPECT_EQ(StridedCopy(at::arange(3, at::kFloat).expand({4, 3})).stride(0), 3);
+}
+
 }  // namespace
 }  // namespace torchlens

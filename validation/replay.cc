@@ -243,7 +243,7 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
       const bool made_for_the_call = tensor_index++ == private_tensor || OwnedByTheCall(t);
       // See NOTE [Saved copies keep their strides]: a kernel may take another path for
       // a dense clone of a strided state argument (batch norm does).
-      return !t.defined() || made_for_the_call ? t : CopyOfSaved(t.detach());
+      return !t.defined() || made_for_the_call ? t : StridedCopy(t.detach());
     });
     if (state && args[i].isTensor()) {
       result.state_after.emplace_back(static_cast<int>(i), args[i].toTensor());
