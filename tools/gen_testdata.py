@@ -1121,6 +1121,10 @@ def edits():
         "bn2d_train": [("input", 0, torch.arange(24.0).reshape(3, 2, 2, 2))],
         "slice_copy": [("input", 0, torch.full((2,), 5.0))],
         "chunk_heads": [("input", 0, torch.ones(2, 4))],
+        "out_pair": [("input", 0, torch.arange(12.0).reshape(3, 4).flip(1))],
+        "fake_quant": [("input", 0, torch.full((2, 3), 0.5)),
+                       ("buffer", "fq.scale", torch.tensor([0.25]))],
+        "packed_stats_train": [("input", 0, torch.arange(20.0).reshape(5, 4))],
     }
 
 

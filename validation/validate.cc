@@ -410,13 +410,16 @@ class Validator {
                                                    return i >= static_cast<int>(saved.size()) ||
                                                           AllFinite(saved[i]);
                                                  });
-                 Predicate(op.func_name) || !finite) {
+                 Predicate(op.func_name) || !finite ||
+                 std::all_of(indexes.begin(), indexes.end(),
+                             [&](int i) { return Switch(op.func_name, i); })) {
         // See NOTE [Perturbations that can prove].
         Note(&unproved_, op,
-             absl::StrCat(
-                 op.label, " <- ", parent, ": no perturbation tried changes the output (",
-                 !finite ? "the parent holds NaN or infinite values" : "the op is a predicate",
-                 ")"));
+             absl::StrCat(op.label, " <- ", parent, ": no perturbation tried changes the output (",
+                          !finite                   ? "the parent holds NaN or infinite values"
+                          : Predicate(op.func_name) ? "the op is a predicate"
+                                                    : "the parent is a switch of the op",
+                          ")"));
       } else {
         Fail(op, absl::StrCat("perturbing parent ", parent, " does not change the output"));
       }

@@ -67,6 +67,17 @@ constexpr OpArgument kUncheckedIndexArguments[] = {
     {"torchvision::ps_roi_pool", 1},
 };
 
+// Arguments a kernel reads as on/off switches: a switch that changed nothing for these
+// values (fake quantization of values already on the quantization grid) is not proved,
+// and that is not a failure.
+constexpr OpArgument kSwitchArguments[] = {
+    {"aten::fused_moving_avg_obs_fake_quant", 1},  // observer_on
+    {"aten::fused_moving_avg_obs_fake_quant", 2},  // fake_quant_on
+    {"aten::_fused_moving_avg_obs_fq_helper", 1},
+    {"aten::_fused_moving_avg_obs_fq_helper", 2},
+    {"aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams", 3},  // fake_quant_enabled
+};
+
 // Ops whose outputs are uninitialized memory: replay checks their shape and dtype only.
 constexpr absl::string_view kUninitializedOutputs[] = {
     "aten::empty",         "aten::empty_like",        "aten::new_empty",
@@ -136,6 +147,13 @@ constexpr absl::string_view kPredicates[] = {
 
 bool UncheckedIndex(absl::string_view op, int tensor_index) {
   for (const OpArgument& entry : kUncheckedIndexArguments) {
+    if (entry.op == op && entry.tensor_index == tensor_index) return true;
+  }
+  return false;
+}
+
+bool Switch(absl::string_view op, int tensor_index) {
+  for (const OpArgument& entry : kSwitchArguments) {
     if (entry.op == op && entry.tensor_index == tensor_index) return true;
   }
   return false;

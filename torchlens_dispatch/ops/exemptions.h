@@ -41,6 +41,11 @@ bool ShapeOnly(absl::string_view op, int tensor_index);
 // each box's image index from `rois`): never perturbed.
 bool UncheckedIndex(absl::string_view op, int tensor_index);
 
+// Whether the kernel reads that argument as an on/off switch (QAT's `observer_on` and
+// `fake_quant_on`): an edge from it that no perturbation proves is unproved, not failed,
+// as a predicate's is.
+bool Switch(absl::string_view op, int tensor_index);
+
 // Whether the op's outputs are uninitialized memory (`empty*`): replay checks their shape
 // and dtype only.
 bool Uninitialized(absl::string_view op);
