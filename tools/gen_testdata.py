@@ -703,6 +703,43 @@ class OutPair(nn.Module):
         return self.values * 2 + sorted_values[:, 0] + order[:, 0] + self.indices
 
 
+class ScatterCover(nn.Module):
+    """Writes that reach every element of their destination, whatever it held: scatter_ into
+    a buffer with a permutation, and a permutation inverted by scattering into empty_like
+    (pack_padded_sequence does this)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.zeros(3))
+
+    def forward(self, x):
+        self.b.scatter_(0, torch.tensor([2, 0, 1]), x[0])
+        order = torch.argsort(x[1])
+        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel()))
+        return self.b + 0, x[1][order][inverse] * 2
+
+
+class GuardsNotFired(nn.Module):
+    """Branches their masks never select (no element above 5): masked_fill with a tensor
+    value, where with out=, masked_scatter and a boolean-mask assignment."""
+
+    def forward(self, x):
+        filled = x.masked_fill(x > 5, torch.tensor(1.0))
+        chosen = torch.empty(0)
+        torch.where(x > 5, x * 3, x, out=chosen)
+        scattered = x.masked_scatter(x > 5, x * 4)
+        y = x.clone()
+        y[y > 5] = 0.0
+        return filled + chosen + scattered + y
+
+
+class ShapeOnlyReads(nn.Module):
+    """Ops that read their input only for its shape: fill and copy's destination."""
+
+    def forward(self, x):
+        return torch.fill(x, 2.0) * x.sum(), torch.ops.aten.copy(torch.zeros(2, 3), x) + 1
+
+
 class ResizeAs(nn.Module):
     """resize_as_ reads only its template's sizes."""
 
@@ -753,6 +790,38 @@ class FakeQuant(nn.Module):
 
     def forward(self, x):
         return self.fq(x) * 2
+
+
+class FakeQuantAtRest(nn.Module):
+    """A weight's fake quantizer after one earlier forward: its observer already holds the
+    weight's min and max (observer on or off gives the same output), and no value is
+    clamped (the zero point changes nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fq = torch.ao.quantization.FusedMovingAvgObsFakeQuantize()
+        self.w = nn.Parameter(torch.linspace(-1, 1, 6).reshape(2, 3))
+        with torch.no_grad():
+            self.fq(self.w)
+
+    def forward(self, x):
+        zero_point = torch.tensor([0, 1, 2], dtype=torch.int32)
+        per_channel = torch.fake_quantize_per_channel_affine(
+            x, torch.tensor([0.1, 0.2, 0.05]), zero_point, 1, -128, 127)
+        return self.fq(self.w) * x + per_channel
+
+
+class GruDropout(nn.Module):
+    """A two-layer GRU with dropout between its layers: in training mode aten::gru draws
+    from the generator although its schema does not say so. Its outputs are random: the
+    test checks the verdict, not eager's values."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(3, 4, num_layers=2, dropout=0.5)
+
+    def forward(self, x):
+        return self.gru(x)[0]
 
 
 class DtypeViews(nn.Module):
@@ -1044,6 +1113,11 @@ def models():
         "chunk_heads": (ChunkHeads, [rand(2, 4)], False),
         "out_arguments": (OutArguments, [rand(2, 3)], False),
         "out_pair": (OutPair, [rand(3, 4)], False),
+        "scatter_cover": (ScatterCover, [rand(2, 3)], False),
+        "guards_not_fired": (GuardsNotFired, [rand(2, 3)], False),
+        "shape_only_reads": (ShapeOnlyReads, [rand(2, 3)], False),
+        "fake_quant_at_rest": (FakeQuantAtRest, [rand(2, 3)], True),
+        "gru_dropout": (GruDropout, [rand(5, 2, 3)], True),
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "packed_stats_train": (PackedStats, [rand(5, 4)], True),

@@ -33,7 +33,7 @@ std::vector<std::vector<int>> PerturbedTensorsByParent(const Op& op) {
     for (int i = 0; i < static_cast<int>(op.arg_sources.size()); ++i) {
       const ArgSource& source = op.arg_sources[i];
       if (source.kind == ArgSource::Kind::kNode && source.name == op.parents[p] &&
-          !ShapeOnly(op.func_name, i) && !UncheckedIndex(op.func_name, i) &&
+          !ShapeOnly(op.func_name, op.overload_name, i) && !UncheckedIndex(op.func_name, i) &&
           !unperturbed.contains(i)) {
         by_parent[p].push_back(i);
       }

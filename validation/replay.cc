@@ -251,7 +251,7 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
   }
 
   std::optional<CapturedRandomness> randomness;
-  if (ConsumesRandomness(*handle)) {
+  if (ConsumesRandomness(*handle) && (op.rng_state.defined() || !DrawsOnlyForDropout(*handle))) {
     if (!op.rng_state.defined()) {
       return absl::FailedPreconditionError(
           absl::StrCat("not replayable: ", op.func_name,

@@ -412,13 +412,14 @@ class Validator {
                                                  });
                  Predicate(op.func_name) || !finite ||
                  std::all_of(indexes.begin(), indexes.end(),
-                             [&](int i) { return Switch(op.func_name, i); })) {
+                             [&](int i) { return SometimesDecisive(op.func_name, i); })) {
         // See NOTE [Perturbations that can prove].
         Note(&unproved_, op,
              absl::StrCat(op.label, " <- ", parent, ": no perturbation tried changes the output (",
-                          !finite                   ? "the parent holds NaN or infinite values"
-                          : Predicate(op.func_name) ? "the op is a predicate"
-                                                    : "the parent is a switch of the op",
+                          !finite ? "the parent holds NaN or infinite values"
+                          : Predicate(op.func_name)
+                              ? "the op is a predicate"
+                              : "the parent decides the output only for some values",
                           ")"));
       } else {
         Fail(op, absl::StrCat("perturbing parent ", parent, " does not change the output"));

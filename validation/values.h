@@ -25,10 +25,12 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
 // perturbation stays NaN) may not, although they depend on it: for them a second round
 // tries values chosen without looking at the old ones (extremes, NaN, infinities, one
 // element changed, all true or all false). An edge that none of these changes is a
-// failure, except for a predicate, a parent holding non-finite values, or an on/off
-// switch of the op (`Switch` in torchlens_dispatch/ops/exemptions.h: a fake quantizer's
-// switch changes nothing for values on its grid), where the perturbations cannot be shown
-// to reach the op's decision: such edges are reported as unproved, never as failures.
+// failure, except for a predicate, a parent holding non-finite values, or an argument
+// that decides the output only for some values (`SometimesDecisive` in
+// torchlens_dispatch/ops/exemptions.h: a fake quantizer's on/off switch changes nothing
+// for values on its grid, its zero point nothing unclamped), where the perturbations
+// cannot be shown to reach the op's decision: such edges are reported as unproved, never
+// as failures.
 
 // The `attempt`-th perturbation (0, 1, ...) of a saved value, cheapest first; nullopt when
 // there are no more. Random ones draw from the generator `generator()` returns, which is

@@ -42,7 +42,8 @@ const std::vector<std::string>& IssueModels() {
       "masked_nan",          "topk_any",          "log_nan",          "positive_count",
       "threshold_guard",     "chunk_heads",       "positive_select",  "out_arguments",
       "resize_as",           "packed_stats_eval", "update_stats",     "former_after_reassign",
-      "move_buffers",        "swap_buffers",      "out_pair",         "fake_quant"};
+      "move_buffers",        "swap_buffers",      "out_pair",         "fake_quant",
+      "scatter_cover",       "guards_not_fired",  "shape_only_reads"};
   return *names;
 }
 
@@ -380,6 +381,34 @@ TEST(VerdictsTest, FusedWriteThroughColumnViewsValidates) {
     if (!op.outs.empty()) op.outs.mutable_at(0) = op.out;
   });
   EXPECT_THAT(Validate(tampered).failures, Contains(HasSubstr("batch_norm_1_5:1")));
+}
+
+// Arguments that decide the output only for some values, which these values are not: a
+// fake quantizer whose observer already holds its input's min and max (on or off, the
+// same output), and a zero point where nothing is clamped. Unproved, never failed.
+TEST(VerdictsTest, ArgumentsThatDecideOnlySometimesAreUnprovedNeverFailed) {
+  const testdata::Expected expected("fake_quant_at_rest");
+  const Trace trace = Capture("fake_quant_at_rest");
+  EXPECT_TRUE(Close(Get(trace, trace.output_labels()[0]).out, expected.output(0)));
+  const ValidationReport report = Validate(trace);
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+  EXPECT_THAT(report.unproved, ElementsAre(HasSubstr("decides the output only for some values"),
+                                           HasSubstr("decides the output only for some values")));
+  EXPECT_GT(report.perturbations_checked, 0);
+}
+
+// aten::gru draws its dropout between layers from the generator in training mode: replay
+// restores the generator state the capture saved before it.
+TEST(VerdictsTest, RecurrentLayersWithDropoutReplayTheirDraws) {
+  const Trace trace = Capture("gru_dropout");
+  const Op& gru = Get(trace, "gru_1_5:1");
+  EXPECT_TRUE(gru.rng_state.defined());
+  const ValidationReport report = Validate(trace);
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+  // Without the saved state the draws differ: the check can fail.
+  const Trace other_draws =
+      Changed(trace, "gru_1_5:1", [](Op& op) { op.rng_state = at::Tensor(); });
+  EXPECT_FALSE(Validate(other_draws).passed);
 }
 
 TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {

@@ -47,6 +47,9 @@ constexpr OpArgument kShapeOnlyArguments[] = {
     {"aten::log_normal_", 0},
     {"aten::geometric_", 0},
     {"aten::bernoulli_", 0},
+    {"aten::fill", 0},  // fill.Scalar and fill.Tensor: a new tensor of self's shape
+    {"aten::copy", 0},  // src broadcast to self's shape
+    {"aten::normal_functional", 0},
     // Quantization-aware training's fused observer: with fake quantization on, scale and
     // zero point are computed from the running min and max and written before they are
     // read; with it off, the output is the input and reads neither.
@@ -54,6 +57,17 @@ constexpr OpArgument kShapeOnlyArguments[] = {
     {"aten::fused_moving_avg_obs_fake_quant", 6},
     {"aten::_fused_moving_avg_obs_fq_helper", 5},
     {"aten::_fused_moving_avg_obs_fq_helper", 6},
+};
+
+// The same, for one overload only: `bernoulli.p(self, p)` draws with probability p in
+// self's shape, where `bernoulli(self)` reads self as the probabilities.
+struct OverloadArgument {
+  absl::string_view op;
+  absl::string_view overload;
+  int tensor_index;
+};
+constexpr OverloadArgument kShapeOnlyOverloadArguments[] = {
+    {"aten::bernoulli", "p", 0},
 };
 
 // Arguments a kernel reads as indices without bounds checks: a perturbed value would make
@@ -67,15 +81,25 @@ constexpr OpArgument kUncheckedIndexArguments[] = {
     {"torchvision::ps_roi_pool", 1},
 };
 
-// Arguments a kernel reads as on/off switches: a switch that changed nothing for these
-// values (fake quantization of values already on the quantization grid) is not proved,
-// and that is not a failure.
-constexpr OpArgument kSwitchArguments[] = {
+// Arguments that decide the output only for some values: an edge from one that no
+// perturbation proved is not proved, and that is not a failure.
+//   * On/off switches: fake quantization of values already on the quantization grid, or an
+//     observer whose running min and max already hold the data's, change nothing.
+//   * Integer zero points of fake quantization: (clamp(round(x / s) + z, lo, hi) - z) * s
+//     depends on z only where the clamp cuts, and the kernels reject a z outside [lo, hi].
+constexpr OpArgument kSometimesDecisiveArguments[] = {
     {"aten::fused_moving_avg_obs_fake_quant", 1},  // observer_on
     {"aten::fused_moving_avg_obs_fake_quant", 2},  // fake_quant_on
     {"aten::_fused_moving_avg_obs_fq_helper", 1},
     {"aten::_fused_moving_avg_obs_fq_helper", 2},
+    {"aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams", 2},  // zero_point
     {"aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams", 3},  // fake_quant_enabled
+    {"aten::fake_quantize_per_tensor_affine", 2},
+    {"aten::fake_quantize_per_tensor_affine_cachemask", 2},
+    {"aten::fake_quantize_per_channel_affine", 2},
+    {"aten::fake_quantize_per_channel_affine_cachemask", 2},
+    {"aten::_fake_quantize_learnable_per_tensor_affine", 2},
+    {"aten::_fake_quantize_learnable_per_channel_affine", 2},
 };
 
 // Ops whose outputs are uninitialized memory: replay checks their shape and dtype only.
@@ -152,8 +176,8 @@ bool UncheckedIndex(absl::string_view op, int tensor_index) {
   return false;
 }
 
-bool Switch(absl::string_view op, int tensor_index) {
-  for (const OpArgument& entry : kSwitchArguments) {
+bool SometimesDecisive(absl::string_view op, int tensor_index) {
+  for (const OpArgument& entry : kSometimesDecisiveArguments) {
     if (entry.op == op && entry.tensor_index == tensor_index) return true;
   }
   return false;
@@ -166,9 +190,14 @@ bool Uninitialized(absl::string_view op) {
   return false;
 }
 
-bool ShapeOnly(absl::string_view op, int tensor_index) {
+bool ShapeOnly(absl::string_view op, absl::string_view overload, int tensor_index) {
   for (absl::string_view name : kMetadataOps) {
     if (name == op) return true;
+  }
+  for (const OverloadArgument& entry : kShapeOnlyOverloadArguments) {
+    if (entry.op == op && entry.overload == overload && entry.tensor_index == tensor_index) {
+      return true;
+    }
   }
   for (const OpArgument& entry : kShapeOnlyArguments) {
     if (entry.op == op && (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
@@ -221,7 +250,7 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
   }
   // where(condition, self, other) and masked_fill(self, mask, value): a branch that the
   // condition never selects (a guard that did not fire) cannot change the output.
-  if (op == "aten::where" && saved.size() == 3 && saved[0].defined() &&
+  if (op == "aten::where" && saved.size() >= 3 && saved[0].defined() &&
       saved[0].scalar_type() == at::kBool) {
     const bool reads_self =
         std::find(parent_indexes.begin(), parent_indexes.end(), 1) != parent_indexes.end();
@@ -232,15 +261,46 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
     if (reads_condition || reads_self == reads_other) return false;
     return reads_self ? !saved[0].any().item<bool>() : saved[0].all().item<bool>();
   }
-  if (op == "aten::masked_fill" && only(0) && saved.size() >= 2 && saved[1].defined()) {
-    return saved[1].all().item<bool>();
+  // masked_fill(self, mask, value) and masked_scatter(self, mask, source): self where the
+  // mask selects everything, the value or source where it selects nothing.
+  if ((op == "aten::masked_fill" || op == "aten::masked_fill_" || op == "aten::masked_scatter" ||
+       op == "aten::masked_scatter_") &&
+      saved.size() >= 2 && saved[1].defined() && saved[1].scalar_type() == at::kBool) {
+    if (only(0)) return saved[1].all().item<bool>();
+    if (only(2)) return !saved[1].any().item<bool>();
+    return false;
+  }
+  // scatter(self, dim, index, src or value) without a reduction, index_copy(self, dim,
+  // index, source) and index_fill(self, dim, index, value) whose index reaches every
+  // element of self overwrite all of it.
+  if ((op == "aten::scatter" || op == "aten::scatter_") && only(0) && args.size() == 4 &&
+      args[1].isInt() && saved.size() >= 2 && saved[0].defined() && saved[1].defined()) {
+    return at::zeros(saved[0].sizes(), at::kBool)
+        .scatter_(args[1].toInt(), saved[1], true)
+        .all()
+        .item<bool>();
+  }
+  if ((op == "aten::index_copy" || op == "aten::index_copy_" || op == "aten::index_fill" ||
+       op == "aten::index_fill_") &&
+      only(0) && args.size() >= 4 && args[1].isInt() && saved.size() >= 2 && saved[0].defined() &&
+      saved[1].defined() && saved[0].dim() > 0) {
+    const int64_t dim = c10::maybe_wrap_dim(args[1].toInt(), saved[0].dim());
+    return at::zeros({saved[0].size(dim)}, at::kBool)
+        .index_fill_(0, saved[1].flatten(), true)
+        .all()
+        .item<bool>();
   }
   if (op == "aten::clamp" && only(0) && args.size() >= 3 && args[1].isScalar() &&
       args[2].isScalar()) {
     return args[1].toScalar().toDouble() == args[2].toScalar().toDouble();
   }
-  if ((op == "aten::index_put_" || op == "aten::index_put") && only(0) && args.size() >= 4 &&
-      args[3].isBool() && !args[3].toBool() && !saved.empty() && saved[0].defined()) {
+  // index_put(self, indices, values, accumulate): self where the indices reach every
+  // element (and do not accumulate), the values where they reach none (`y[y > 5] = 0`
+  // with no element above 5).
+  const int values = static_cast<int>(saved.size()) - 1;
+  if ((op == "aten::index_put_" || op == "aten::index_put") && (only(0) || only(values)) &&
+      values > 0 && args.size() >= 4 && args[1].isList() && args[3].isBool() &&
+      saved[0].defined()) {
     c10::List<c10::optional<at::Tensor>> indices;
     for (const c10::IValue& index : args[1].toListRef()) {
       indices.push_back(index.isNone() ? c10::optional<at::Tensor>()
@@ -248,7 +308,8 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
     }
     const at::Tensor covered =
         at::zeros(saved[0].sizes(), at::kBool).index_put_(indices, at::ones({}, at::kBool));
-    return covered.all().item<bool>();
+    if (only(0)) return !args[3].toBool() && covered.all().item<bool>();
+    return !covered.any().item<bool>();
   }
   return false;
 }

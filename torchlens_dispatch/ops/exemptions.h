@@ -30,21 +30,23 @@
 
 namespace torchlens {
 
-// Whether tensor argument `tensor_index` of operator `op` ("aten::zeros_like") can change
+// Whether tensor argument `tensor_index` of operator `op` ("aten::zeros_like", overload
+// `overload`: "p" for `bernoulli.p`) can change
 // its output only through its shape, dtype or device, or is a destination the op
 // overwrites whole (`copy_`, `fill_`, `set_`); true for every argument of metadata ops
 // (`size`, `dim`, ...).
-bool ShapeOnly(absl::string_view op, int tensor_index);
+bool ShapeOnly(absl::string_view op, absl::string_view overload, int tensor_index);
 
 // Whether the kernel reads that argument as indices without bounds checks, so that a
 // perturbed value would make it read outside its input (torchvision's RoI kernels read
 // each box's image index from `rois`): never perturbed.
 bool UncheckedIndex(absl::string_view op, int tensor_index);
 
-// Whether the kernel reads that argument as an on/off switch (QAT's `observer_on` and
-// `fake_quant_on`): an edge from it that no perturbation proves is unproved, not failed,
-// as a predicate's is.
-bool Switch(absl::string_view op, int tensor_index);
+// Whether that argument decides the output only for some values (QAT's `observer_on` and
+// `fake_quant_on` switches, fake quantization's integer zero points, which matter only
+// where a value is clamped): an edge from it that no perturbation proves is unproved, not
+// failed, as a predicate's is.
+bool SometimesDecisive(absl::string_view op, int tensor_index);
 
 // Whether the op's outputs are uninitialized memory (`empty*`): replay checks their shape
 // and dtype only.
