@@ -204,9 +204,6 @@ bool OwnedByTheCall(const at::Tensor& t) {
   return t.use_count() == 1 && t.storage().use_count() == 1 && !t.is_view();
 }
 
-// Runs the op on clones of the tensors it writes, except the tensor numbered
-// `private_tensor` (in ForEachTensor order over `args`, -1 for none), which the caller made
-// for this call.
 // NOTE [Written arguments outlive the boxed call]
 // LibTorch 1.13's boxed wrapper of an unboxed kernel (make_boxed_from_unboxed_functor.h)
 // drops the arguments off the stack before it pushes the returns. A returned `Tensor&` is
@@ -216,6 +213,10 @@ bool OwnedByTheCall(const at::Tensor& t) {
 // here, those references name freed tensors. Holding one more reference to every written
 // argument for the duration of the call keeps the returns alive. Callers whose arguments
 // are owned elsewhere (the model's buffers, the interpreter's registers) never hit this.
+
+// Runs the op on clones of the tensors it writes, except the tensor numbered
+// `private_tensor` (in ForEachTensor order over `args`, -1 for none), which the caller made
+// for this call.
 absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, int private_tensor) {
   absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
   if (!handle.ok()) return handle.status();
@@ -231,11 +232,13 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
   const FusedMutator* fused = FindFusedMutator(op.func_name);
   const bool updating = fused != nullptr && UpdatesState(*fused, args);
   ReplayResult result;
+  std::vector<c10::IValue> written_arguments;  // NOTE [Written arguments outlive the boxed call]
   int tensor_index = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+    const bool written = alias != nullptr && alias->isWrite();
     const bool state = updating && IsStateArgument(*fused, static_cast<int>(i));
-    if (!(alias != nullptr && alias->isWrite()) && !state) {
+    if (!written && !state) {
       ForEachTensor(args[i], [&](const at::Tensor&) { ++tensor_index; });
       continue;
     }
@@ -248,6 +251,7 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
     if (state && args[i].isTensor()) {
       result.state_after.emplace_back(static_cast<int>(i), args[i].toTensor());
     }
+    if (written) written_arguments.push_back(args[i]);
   }
 
   std::optional<CapturedRandomness> randomness;
@@ -258,13 +262,6 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
                        " consumes randomness and the trace holds no generator state for it"));
     }
     randomness.emplace(op.rng_state);
-  }
-
-  // See NOTE [Written arguments outlive the boxed call].
-  std::vector<c10::IValue> written_arguments;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
-    if (alias != nullptr && alias->isWrite()) written_arguments.push_back(args[i]);
   }
 
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);

@@ -19,7 +19,8 @@
 // recorded in elements of the shared storage); it receives the written argument's value
 // before the write, then the changed tensor's value before it, so that where they share
 // bytes the changed tensor's own value stands. The op then runs on the written argument's
-// place in the region, and the changed tensor is read back from its place. Validation
+// place in the region (the other tensors it writes are cloned, as in any replay), and
+// the changed tensor is read back from its place. Validation
 // compares the result with the captured value, and an intervention computes the changed
 // tensor's new value the same way, so the two agree on what a write through a view does.
 #ifndef TORCHLENS_VALIDATION_REPLAY_H_
