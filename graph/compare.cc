@@ -30,8 +30,8 @@ bool Numeric(const at::Tensor& t) {
 // Folds the differences of one output pair into `node`; false when they are not close.
 bool CompareValues(const at::Tensor& a, const at::Tensor& b, const CompareOptions& options,
                    NodeComparison* node) {
-  const at::Tensor x = (a.is_complex() ? at::view_as_real(a) : a).to(at::kDouble);
-  const at::Tensor y = (b.is_complex() ? at::view_as_real(b) : b).to(at::kDouble);
+  const at::Tensor x = (a.is_complex() ? at::view_as_real(a.resolve_conj()) : a).to(at::kDouble);
+  const at::Tensor y = (b.is_complex() ? at::view_as_real(b.resolve_conj()) : b).to(at::kDouble);
   if (x.numel() == 0) return true;
   const at::Tensor both_nan = at::isnan(x) & at::isnan(y);
   const at::Tensor same = (x == y) | both_nan;  // also equal infinities

@@ -19,6 +19,7 @@
 #include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "validation/intervene.h"
 #include "validation/validate.h"
 
 namespace torchlens {
@@ -53,8 +54,9 @@ std::vector<char> SavedBytes(const Trace& trace, const std::string& name) {
 }
 
 TEST(TraceFileTest, RoundTripGivesAnEqualTrace) {
-  for (const char* name : {"convbn_train", "seed_recurrent", "slice_copy", "dropout_train",
-                           "multi_output", "counter_cell", "nested_branches", "dtype_views"}) {
+  for (const char* name :
+       {"convbn_train", "seed_recurrent", "slice_copy", "dropout_train", "multi_output",
+        "counter_cell", "nested_branches", "dtype_views", "conj_view", "mask_index"}) {
     SCOPED_TRACE(name);
     const Trace trace = Capture(name);
     const std::string path = Temp(absl::StrCat(name, ".trace.pt"));
@@ -103,6 +105,25 @@ TEST(TraceFileTest, RoundTripGivesAnEqualTrace) {
     absl::StatusOr<ValidationReport> report = ValidateForwardPass(*loaded);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  }
+}
+
+// A loaded trace takes interventions as the captured one does: `x[x > 0]`'s indices come
+// back from the file as a list of tensors, which aten::index accepts as its Tensor?[].
+TEST(TraceFileTest, LoadedTraceTakesInterventions) {
+  const testdata::Expected expected("mask_index");
+  const std::string path = Temp("mask_index_do.trace.pt");
+  ASSERT_TRUE(SaveTrace(Capture("mask_index"), path).ok());
+  absl::StatusOr<Trace> loaded = LoadTrace(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  absl::StatusOr<DoResult> result =
+      Do(*loaded, {Edit{"input_1", expected.edit_value(0)}}, DoOptions{true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<std::string> outputs = result->trace.output_labels();
+  ASSERT_EQ(outputs.size(), 2u);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& out = result->trace.Find(outputs[i]).value()->out;
+    EXPECT_TRUE(at::equal(out, expected.edit_output(0, static_cast<int>(i)))) << out;
   }
 }
 

@@ -516,8 +516,12 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
 // meets on it. A tensor of another dtype on the same storage (`torch.view_as_real` of a
 // complex op output, `view_as_complex` of a float one, `.view(dtype)`) would be read back
 // through the wrong type: Python's torch.load fails or returns other values. Such a
-// tensor is written as a copy with a storage of its own. The trace is not changed: a list
-// or tuple holding such a tensor is copied, not written.
+// tensor is written as a copy with a storage of its own. The pickler also writes a
+// tensor's storage, geometry and dtype but not its lazy conjugate or negative bit
+// (`c.conj()` of a complex tensor is a view that reads its storage conjugated): such a
+// tensor is written as a copy with the bit applied, so that it reads back as the values
+// it held. The trace is not changed: a list or tuple holding such a tensor is copied,
+// not written.
 class OneDtypePerStorage {
  public:
   // `value` with such tensors copied, or nullopt when it holds none.
@@ -525,6 +529,11 @@ class OneDtypePerStorage {
     if (value.isTensor()) {
       const at::Tensor& t = value.toTensor();
       if (!t.defined() || !t.has_storage()) return std::nullopt;
+      if (t.is_conj() || t.is_neg()) {
+        at::Tensor resolved = t.resolve_conj().resolve_neg();
+        dtypes_.emplace(resolved.storage().unsafeGetStorageImpl(), resolved.scalar_type());
+        return c10::IValue(std::move(resolved));
+      }
       auto [it, first] = dtypes_.emplace(t.storage().unsafeGetStorageImpl(), t.scalar_type());
       if (first || it->second == t.scalar_type()) return std::nullopt;
       at::Tensor copy = t.clone();

@@ -740,6 +740,30 @@ class ShapeOnlyReads(nn.Module):
         return torch.fill(x, 2.0) * x.sum(), torch.ops.aten.copy(torch.zeros(2, 3), x) + 1
 
 
+class ConjView(nn.Module):
+    """A lazy conjugate view (c.conj() sets a bit instead of copying) read by a product."""
+
+    def forward(self, x):
+        c = torch.complex(x, x.flip(0))
+        return torch.view_as_real(c * c.conj())
+
+
+class MaskIndex(nn.Module):
+    """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
+
+    def forward(self, x):
+        y = x.clone()
+        y[y < -5] = 0.0
+        return x[x > 0] * 2, y
+
+
+class BitwiseGuards(nn.Module):
+    """& and | on bools are logical: an all-false operand decides an & alone."""
+
+    def forward(self, x):
+        return ((x > 0) & (x > 10)).float() + ((x > 0) | (x < 10)).float()
+
+
 class ResizeAs(nn.Module):
     """resize_as_ reads only its template's sizes."""
 
@@ -1118,6 +1142,9 @@ def models():
         "shape_only_reads": (ShapeOnlyReads, [rand(2, 3)], False),
         "fake_quant_at_rest": (FakeQuantAtRest, [rand(2, 3)], True),
         "gru_dropout": (GruDropout, [rand(5, 2, 3)], True),
+        "conj_view": (ConjView, [rand(3)], False),
+        "mask_index": (MaskIndex, [rand(3)], False),
+        "bitwise_guards": (BitwiseGuards, [rand(4)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "packed_stats_train": (PackedStats, [rand(5, 4)], True),
@@ -1199,6 +1226,7 @@ def edits():
         "fake_quant": [("input", 0, torch.full((2, 3), 0.5)),
                        ("buffer", "fq.scale", torch.tensor([0.25]))],
         "packed_stats_train": [("input", 0, torch.arange(20.0).reshape(5, 4))],
+        "mask_index": [("input", 0, torch.tensor([2.0, -7.0, 1.0]))],
     }
 
 

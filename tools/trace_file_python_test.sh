@@ -27,3 +27,20 @@ for i, value in enumerate(expected):
     assert out.dtype == value.dtype and torch.equal(out, value), (i, out, value)
 print("dtype views read back:", [str(v.dtype) for v in expected])
 PY
+
+# A lazy conjugate view (NOTE [One dtype per storage]): Python reads it conjugated, and
+# the product it fed equals the model's result.
+tools/torchlens --model testdata/conj_view.pt --input_shape 3 --save "$TEST_TMPDIR/conj.pt" \
+    >/dev/null
+/usr/bin/python3 - "$TEST_TMPDIR/conj.pt" testdata/conj_view.pt <<'PY'
+import sys
+import torch
+trace = torch.load(sys.argv[1])
+ops = {op["label"]: op for op in trace["ops"]}
+x = ops["input_1"]["out"]
+expected = torch.jit.load(sys.argv[2])(x)
+assert torch.equal(ops["output_1"]["out"], expected)
+(conj,) = [op for op in trace["ops"] if op["type"] == "conj"]
+assert torch.equal(conj["out"], torch.complex(x, x.flip(0)).conj().resolve_conj())
+print("conjugate view read back")
+PY

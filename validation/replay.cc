@@ -204,6 +204,24 @@ bool OwnedByTheCall(const at::Tensor& t) {
   return t.use_count() == 1 && t.storage().use_count() == 1 && !t.is_view();
 }
 
+// `value` as a list of the element type argument `argument` declares, when it is a list of
+// a narrower one: a trace file stores `aten::index`'s `Tensor?[]` indices as a list of
+// tensors when none is None. The dispatcher retypes such a list only when nothing else
+// holds it, so an argument list that a forked trace also keeps (interventions) would be
+// refused.
+c10::IValue WithDeclaredListType(const c10::Argument& argument, c10::IValue value) {
+  if (!value.isList() || argument.type()->kind() != c10::TypeKind::ListType) return value;
+  const c10::TypePtr& declared = argument.type()->expectRef<c10::ListType>().getElementType();
+  c10::List<c10::IValue> list = value.toList();
+  if (*list.elementType() == *declared || !list.elementType()->isSubtypeOf(*declared)) {
+    return value;
+  }
+  c10::impl::GenericList retyped(declared);
+  retyped.reserve(list.size());
+  for (const c10::IValue& element : value.toListRef()) retyped.push_back(element);
+  return c10::IValue(std::move(retyped));
+}
+
 // NOTE [Written arguments outlive the boxed call]
 // LibTorch 1.13's boxed wrapper of an unboxed kernel (make_boxed_from_unboxed_functor.h)
 // drops the arguments off the stack before it pushes the returns. A returned `Tensor&` is
@@ -235,6 +253,7 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
   std::vector<c10::IValue> written_arguments;  // NOTE [Written arguments outlive the boxed call]
   int tensor_index = 0;
   for (size_t i = 0; i < args.size(); ++i) {
+    args[i] = WithDeclaredListType(schema.arguments()[i], std::move(args[i]));
     const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
     const bool written = alias != nullptr && alias->isWrite();
     const bool state = updating && IsStateArgument(*fused, static_cast<int>(i));

@@ -410,14 +410,14 @@ class Validator {
                                                    return i >= static_cast<int>(saved.size()) ||
                                                           AllFinite(saved[i]);
                                                  });
-                 Predicate(op.func_name) || !finite ||
+                 Predicate(op.func_name, unperturbed.outputs) || !finite ||
                  std::all_of(indexes.begin(), indexes.end(),
                              [&](int i) { return SometimesDecisive(op.func_name, i); })) {
         // See NOTE [Perturbations that can prove].
         Note(&unproved_, op,
              absl::StrCat(op.label, " <- ", parent, ": no perturbation tried changes the output (",
                           !finite ? "the parent holds NaN or infinite values"
-                          : Predicate(op.func_name)
+                          : Predicate(op.func_name, unperturbed.outputs)
                               ? "the op is a predicate"
                               : "the parent decides the output only for some values",
                           ")"));

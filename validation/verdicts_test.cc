@@ -412,8 +412,8 @@ TEST(VerdictsTest, RecurrentLayersWithDropoutReplayTheirDraws) {
 }
 
 TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
-  for (const char* name :
-       {"masked_nan", "topk_any", "log_nan", "positive_count", "threshold_guard"}) {
+  for (const char* name : {"masked_nan", "topk_any", "log_nan", "positive_count", "threshold_guard",
+                           "bitwise_guards"}) {
     SCOPED_TRACE(name);
     const ValidationReport report = Validate(Capture(name));
     EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");

@@ -9,8 +9,9 @@ namespace {
 
 bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0) return true;
-  const at::Tensor ca = a.contiguous();
-  const at::Tensor cb = b.contiguous();
+  // The values as read: a lazy conjugate or negative view applies its bit first.
+  const at::Tensor ca = a.resolve_conj().resolve_neg().contiguous();
+  const at::Tensor cb = b.resolve_conj().resolve_neg().contiguous();
   return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 

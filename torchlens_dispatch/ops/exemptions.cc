@@ -167,6 +167,14 @@ constexpr absl::string_view kPredicates[] = {
     "aten::argmin",
 };
 
+// Bitwise ops: on bools they are the logical ones (`(a > 0) & (b > 0)`), predicates too.
+constexpr absl::string_view kBitwiseOps[] = {
+    "aten::__and__",      "aten::__or__",       "aten::__xor__",      "aten::__iand__",
+    "aten::__ior__",      "aten::__ixor__",     "aten::bitwise_and",  "aten::bitwise_or",
+    "aten::bitwise_xor",  "aten::bitwise_not",  "aten::bitwise_and_", "aten::bitwise_or_",
+    "aten::bitwise_xor_", "aten::bitwise_not_",
+};
+
 }  // namespace
 
 bool UncheckedIndex(absl::string_view op, int tensor_index) {
@@ -314,9 +322,15 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
   return false;
 }
 
-bool Predicate(absl::string_view op) {
+bool Predicate(absl::string_view op, const std::vector<at::Tensor>& outputs) {
   for (absl::string_view name : kPredicates) {
     if (name == op) return true;
+  }
+  for (absl::string_view name : kBitwiseOps) {
+    if (name != op) continue;
+    return !outputs.empty() && std::all_of(outputs.begin(), outputs.end(), [](const at::Tensor& t) {
+      return t.defined() && t.scalar_type() == at::kBool;
+    });
   }
   return false;
 }

@@ -65,9 +65,10 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
                            const std::vector<int>& parent_indexes,
                            const std::vector<at::Tensor>& outputs);
 
-// Whether the op decides rather than computes (comparisons, isnan, any, argmax, ...): its
-// output may legitimately not react to any perturbation tried.
-bool Predicate(absl::string_view op);
+// Whether the op decides rather than computes (comparisons, isnan, any, argmax, ...; and
+// `&`, `|`, `^`, `~` whose `outputs` are all bools, the logical ops written as bitwise
+// ones): its output may legitimately not react to any perturbation tried.
+bool Predicate(absl::string_view op, const std::vector<at::Tensor>& outputs);
 
 }  // namespace torchlens
 
