@@ -23,6 +23,7 @@ import copy
 import inspect
 import os
 import sys
+from typing import List
 
 import torch
 import torch.nn as nn
@@ -757,6 +758,14 @@ class MaskIndex(nn.Module):
         return x[x > 0] * 2, y
 
 
+class EmptyLists(nn.Module):
+    """Empty list arguments: a trace file cannot say what their elements would be."""
+
+    def forward(self, x):
+        empty: List[int] = []
+        return x.sum(dim=empty) + x.new_zeros(empty)
+
+
 class BitwiseGuards(nn.Module):
     """& and | on bools are logical: an all-false operand decides an & alone."""
 
@@ -1145,6 +1154,7 @@ def models():
         "conj_view": (ConjView, [rand(3)], False),
         "mask_index": (MaskIndex, [rand(3)], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
+        "empty_lists": (EmptyLists, [rand(2, 3)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "packed_stats_train": (PackedStats, [rand(5, 4)], True),

@@ -204,21 +204,29 @@ bool OwnedByTheCall(const at::Tensor& t) {
   return t.use_count() == 1 && t.storage().use_count() == 1 && !t.is_view();
 }
 
-// `value` as a list of the element type argument `argument` declares, when it is a list of
-// a narrower one: a trace file stores `aten::index`'s `Tensor?[]` indices as a list of
-// tensors when none is None. The dispatcher retypes such a list only when nothing else
-// holds it, so an argument list that a forked trace also keeps (interventions) would be
-// refused.
+// `value` as a list of the element type argument `argument` declares, when a trace file
+// typed it otherwise: the file stores `aten::index`'s `Tensor?[]` indices as a list of
+// tensors when none is None, and an empty list (`x.sum(dim=[])`, `new_zeros([])`) with no
+// element type at all. The dispatcher retypes a narrower list only when nothing else holds
+// it (an intervention's fork also keeps its arguments) and an empty one never.
 c10::IValue WithDeclaredListType(const c10::Argument& argument, c10::IValue value) {
-  if (!value.isList() || argument.type()->kind() != c10::TypeKind::ListType) return value;
-  const c10::TypePtr& declared = argument.type()->expectRef<c10::ListType>().getElementType();
+  if (!value.isList()) return value;
+  c10::TypePtr declared = argument.type();
+  if (declared->kind() == c10::TypeKind::OptionalType) {
+    declared = declared->expectRef<c10::OptionalType>().getElementType();
+  }
+  if (declared->kind() != c10::TypeKind::ListType) return value;
+  c10::TypePtr element = declared->expectRef<c10::ListType>().getElementType();
+  // TorchScript passes a SymInt[] (sizes) as a list of ints.
+  if (element->kind() == c10::TypeKind::SymIntType) element = c10::IntType::get();
   c10::List<c10::IValue> list = value.toList();
-  if (*list.elementType() == *declared || !list.elementType()->isSubtypeOf(*declared)) {
+  if (*list.elementType() == *element ||
+      (!list.empty() && !list.elementType()->isSubtypeOf(*element))) {
     return value;
   }
-  c10::impl::GenericList retyped(declared);
+  c10::impl::GenericList retyped(element);
   retyped.reserve(list.size());
-  for (const c10::IValue& element : value.toListRef()) retyped.push_back(element);
+  for (const c10::IValue& item : value.toListRef()) retyped.push_back(item);
   return c10::IValue(std::move(retyped));
 }
 
