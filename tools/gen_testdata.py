@@ -720,6 +720,22 @@ class ScatterCover(nn.Module):
         return self.b + 0, x[1][order][inverse] * 2
 
 
+class IndexWrites(nn.Module):
+    """More writes through an index that reach every element of their destination, or
+    none: whatever the destination (or the value) held does not reach the output."""
+
+    def forward(self, x):
+        perm = torch.tensor([1, 2, 0])
+        a = torch.zeros(3).scatter_reduce(0, perm, x[0], "sum", include_self=False)
+        b = torch.zeros(2, 3).index_copy(1, perm, x)
+        c = torch.zeros(3).index_fill_(0, perm, 2.0)
+        d = torch.zeros(3).put_(perm, x[1])
+        e = torch.zeros(3).index_reduce_(0, perm, x[0], "prod", include_self=False)
+        f = x[1].clone().masked_fill_(x[1] == x[1], 4.0)
+        g = x[0].index_fill(0, torch.zeros(0, dtype=torch.long), x[1].sum())
+        return a + b[0] + c + d + e + f + g + torch.pow(x[0], 0)
+
+
 class GuardsNotFired(nn.Module):
     """Branches their masks never select (no element above 5): masked_fill with a tensor
     value, where with out=, masked_scatter and a boolean-mask assignment."""
@@ -1148,6 +1164,7 @@ def models():
         "out_pair": (OutPair, [rand(3, 4)], False),
         "scatter_cover": (ScatterCover, [rand(2, 3)], False),
         "guards_not_fired": (GuardsNotFired, [rand(2, 3)], False),
+        "index_writes": (IndexWrites, [rand(2, 3)], False),
         "shape_only_reads": (ShapeOnlyReads, [rand(2, 3)], False),
         "fake_quant_at_rest": (FakeQuantAtRest, [rand(2, 3)], True),
         "gru_dropout": (GruDropout, [rand(5, 2, 3)], True),

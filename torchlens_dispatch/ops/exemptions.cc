@@ -278,25 +278,62 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
     if (only(2)) return !saved[1].any().item<bool>();
     return false;
   }
-  // scatter(self, dim, index, src or value) without a reduction, index_copy(self, dim,
-  // index, source) and index_fill(self, dim, index, value) whose index reaches every
-  // element of self overwrite all of it.
-  if ((op == "aten::scatter" || op == "aten::scatter_") && only(0) && args.size() == 4 &&
-      args[1].isInt() && saved.size() >= 2 && saved[0].defined() && saved[1].defined()) {
-    return at::zeros(saved[0].sizes(), at::kBool)
-        .scatter_(args[1].toInt(), saved[1], true)
-        .all()
-        .item<bool>();
+  // Writes through an index: the destination where the index reaches every element of
+  // it and its own values are not combined in (scatter with src or a value,
+  // scatter_reduce and index_reduce with include_self=False, index_copy, index_fill, put
+  // without accumulation); the written source or value where the index is empty.
+  const auto defined = [&](int count) {
+    if (static_cast<int>(saved.size()) < count) return false;
+    for (int i = 0; i < count; ++i) {
+      if (!saved[i].defined()) return false;
+    }
+    return true;
+  };
+  const auto no_self = [&](size_t position) {
+    return args.size() > position && args[position].isBool() && !args[position].toBool();
+  };
+  const bool scatter = (op == "aten::scatter" || op == "aten::scatter_") && args.size() == 4;
+  const bool scatter_reduce = (op == "aten::scatter_reduce" || op == "aten::scatter_reduce_") &&
+                              args.size() == 6 && no_self(5);
+  if ((scatter || scatter_reduce) && args[1].isInt() && defined(2)) {
+    if (only(0)) {
+      return at::zeros(saved[0].sizes(), at::kBool)
+          .scatter_(args[1].toInt(), saved[1], true)
+          .all()
+          .item<bool>();
+    }
+    return only(2) && saved[1].numel() == 0;
   }
-  if ((op == "aten::index_copy" || op == "aten::index_copy_" || op == "aten::index_fill" ||
-       op == "aten::index_fill_") &&
-      only(0) && args.size() >= 4 && args[1].isInt() && saved.size() >= 2 && saved[0].defined() &&
-      saved[1].defined() && saved[0].dim() > 0) {
-    const int64_t dim = c10::maybe_wrap_dim(args[1].toInt(), saved[0].dim());
-    return at::zeros({saved[0].size(dim)}, at::kBool)
-        .index_fill_(0, saved[1].flatten(), true)
-        .all()
-        .item<bool>();
+  const bool index_copy = op == "aten::index_copy" || op == "aten::index_copy_" ||
+                          op == "aten::index_fill" || op == "aten::index_fill_";
+  const bool index_reduce =
+      (op == "aten::index_reduce" || op == "aten::index_reduce_") && args.size() == 6 && no_self(5);
+  if ((index_copy || index_reduce) && args.size() >= 4 && args[1].isInt() && defined(2) &&
+      saved[0].dim() > 0) {
+    if (only(0)) {
+      const int64_t dim = c10::maybe_wrap_dim(args[1].toInt(), saved[0].dim());
+      return at::zeros({saved[0].size(dim)}, at::kBool)
+          .index_fill_(0, saved[1].flatten(), true)
+          .all()
+          .item<bool>();
+    }
+    return only(2) && saved[1].numel() == 0;
+  }
+  if ((op == "aten::put" || op == "aten::put_") && args.size() == 4 && defined(2)) {
+    if (only(0)) {
+      return no_self(3) && at::zeros({saved[0].numel()}, at::kBool)
+                               .put_(saved[1], at::ones(saved[1].sizes(), at::kBool))
+                               .all()
+                               .item<bool>();
+    }
+    return only(2) && saved[1].numel() == 0;
+  }
+  // pow(x, 0) is all ones, and so is pow(1, e).
+  if ((op == "aten::pow" || op == "aten::pow_") && only(0) && args.size() == 2) {
+    const c10::IValue& constant = args[0].isScalar() ? args[0] : args[1];
+    if (constant.isScalar() && !constant.toScalar().isComplex()) {
+      return constant.toScalar().toDouble() == (args[0].isScalar() ? 1.0 : 0.0);
+    }
   }
   if (op == "aten::clamp" && only(0) && args.size() >= 3 && args[1].isScalar() &&
       args[2].isScalar()) {
