@@ -175,20 +175,25 @@ constexpr absl::string_view kBitwiseOps[] = {
     "aten::bitwise_xor_", "aten::bitwise_not_",
 };
 
-}  // namespace
-
-bool UncheckedIndex(absl::string_view op, int tensor_index) {
-  for (const OpArgument& entry : kUncheckedIndexArguments) {
-    if (entry.op == op && entry.tensor_index == tensor_index) return true;
+// Whether `table` lists tensor argument `tensor_index` of `op` (or all of its tensors).
+template <size_t N>
+bool Listed(const OpArgument (&table)[N], absl::string_view op, int tensor_index) {
+  for (const OpArgument& entry : table) {
+    if (entry.op == op && (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
+      return true;
+    }
   }
   return false;
 }
 
+}  // namespace
+
+bool UncheckedIndex(absl::string_view op, int tensor_index) {
+  return Listed(kUncheckedIndexArguments, op, tensor_index);
+}
+
 bool SometimesDecisive(absl::string_view op, int tensor_index) {
-  for (const OpArgument& entry : kSometimesDecisiveArguments) {
-    if (entry.op == op && entry.tensor_index == tensor_index) return true;
-  }
-  return false;
+  return Listed(kSometimesDecisiveArguments, op, tensor_index);
 }
 
 bool Uninitialized(absl::string_view op) {
@@ -207,11 +212,7 @@ bool ShapeOnly(absl::string_view op, absl::string_view overload, int tensor_inde
       return true;
     }
   }
-  for (const OpArgument& entry : kShapeOnlyArguments) {
-    if (entry.op == op && (entry.tensor_index < 0 || entry.tensor_index == tensor_index)) {
-      return true;
-    }
-  }
+  if (Listed(kShapeOnlyArguments, op, tensor_index)) return true;
   return false;
 }
 
