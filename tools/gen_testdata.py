@@ -765,6 +765,16 @@ class ConjView(nn.Module):
         return torch.view_as_real(c * c.conj())
 
 
+class LstsqGelsy(nn.Module):
+    """lstsq's default CPU driver (gelsy) reads a pivot array LibTorch 1.13 never
+    initialized: its rounding varies from call to call on the same arguments."""
+
+    def forward(self, x):
+        tall = torch.linalg.lstsq(x[:, :3], x).solution
+        wide = torch.linalg.lstsq(x.t(), x[:3].t(), driver="gelsy").solution
+        return tall, wide
+
+
 class MaskIndex(nn.Module):
     """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
 
@@ -1170,6 +1180,7 @@ def models():
         "gru_dropout": (GruDropout, [rand(5, 2, 3)], True),
         "conj_view": (ConjView, [rand(3)], False),
         "mask_index": (MaskIndex, [rand(3)], False),
+        "lstsq_gelsy": (LstsqGelsy, [rand(6, 4)], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
         "empty_lists": (EmptyLists, [rand(2, 3)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),

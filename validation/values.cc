@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -137,6 +138,29 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
       return std::nullopt;
     default:
       return std::nullopt;
+  }
+}
+
+bool CloseUpToRounding(const at::Tensor& actual, const at::Tensor& expected) {
+  if (!Difference(actual, expected)) return true;
+  if (!actual.defined() || !expected.defined() || actual.sizes() != expected.sizes() ||
+      actual.scalar_type() != expected.scalar_type() || actual.layout() != at::kStrided ||
+      expected.layout() != at::kStrided) {
+    return false;
+  }
+  try {
+    if (!expected.is_floating_point() && !expected.is_complex()) return actual.equal(expected);
+    const auto as_real = [](const at::Tensor& t) {
+      const at::Tensor resolved = t.resolve_conj().resolve_neg();
+      return (resolved.is_complex() ? at::view_as_real(resolved) : resolved).to(at::kDouble);
+    };
+    const at::Tensor a = as_real(actual);
+    const at::Tensor b = as_real(expected);
+    if (b.numel() == 0) return true;
+    const double scale = std::max(1.0, at::nan_to_num(b.abs(), 0, 0, 0).max().item<double>());
+    return at::allclose(a, b, /*rtol=*/0, /*atol=*/1e-4 * scale, /*equal_nan=*/true);
+  } catch (const std::exception&) {
+    return false;
   }
 }
 

@@ -18,6 +18,12 @@ namespace torchlens {
 // throws.
 std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected);
 
+// Whether `actual` equals `expected` up to the rounding of a kernel whose summation order
+// varies: same shape and dtype, and for floating and complex values every element within
+// 1e-4 of the expected one relative to the larger of 1 and the largest expected magnitude
+// (NaN where `expected` has NaN); other dtypes equal exactly. Never throws.
+bool CloseUpToRounding(const at::Tensor& actual, const at::Tensor& expected);
+
 // NOTE [Perturbations that can prove]
 // Perturbing a parent proves an edge only when the op's output changes. Most ops react to
 // the first cheap perturbation (every element changed). Ops that test their input (a
