@@ -127,6 +127,37 @@ TEST(TraceFileTest, LoadedTraceTakesInterventions) {
   }
 }
 
+// NOTE [Arguments a trace file cannot hold]: a quantized model's packed parameters stay
+// out of the file. Captured, every op and edge checks (quantized values are perturbed on
+// their grid); read back, the quantized ops are not checked, never failed, and an edit
+// that reaches one is an error naming it.
+TEST(TraceFileTest, OpsWhoseArgumentsTheFileCannotHoldAreNotCheckedNeverFailed) {
+  const testdata::Expected expected("quantized_net");
+  const Trace captured = Capture("quantized_net");
+  const std::vector<std::string> outputs = captured.output_labels();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_TRUE(at::equal(captured.Find(outputs[0]).value()->out, expected.output(0)));
+  absl::StatusOr<ValidationReport> fresh = ValidateForwardPass(captured);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_TRUE(fresh->passed) << absl::StrJoin(fresh->failures, "\n");
+  EXPECT_THAT(fresh->not_checked, ::testing::IsEmpty());
+  EXPECT_THAT(fresh->unproved, ::testing::IsEmpty());
+  const std::string path = Temp("quantized_net.trace.pt");
+  ASSERT_TRUE(SaveTrace(captured, path).ok());
+  absl::StatusOr<Trace> loaded = LoadTrace(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  absl::StatusOr<ValidationReport> read_back = ValidateForwardPass(*loaded);
+  ASSERT_TRUE(read_back.ok()) << read_back.status();
+  EXPECT_TRUE(read_back->passed) << absl::StrJoin(read_back->failures, "\n");
+  EXPECT_THAT(read_back->not_checked, ::testing::ElementsAre("conv2d_1_4:1", "linear_1_7:1"));
+  const Edit edit{"input_1", at::full({2, 2, 6, 6}, 0.5)};
+  EXPECT_TRUE(Do(captured, {edit}).ok());
+  absl::StatusOr<DoResult> edited = Do(*loaded, {edit});
+  EXPECT_EQ(edited.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(edited.status().message(), HasSubstr("conv2d_1_4:1"));
+  EXPECT_THAT(edited.status().message(), HasSubstr("cannot pickle"));
+}
+
 TEST(TraceFileTest, BadFilesGiveClearErrors) {
   EXPECT_EQ(LoadTrace(Temp("missing.pt")).status().code(), absl::StatusCode::kNotFound);
 

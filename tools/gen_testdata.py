@@ -775,6 +775,31 @@ class LstsqGelsy(nn.Module):
         return tall, wide
 
 
+class QuantizedNet(nn.Module):
+    """Post-training static quantization: conv and linear run as quantized:: ops on packed
+    parameters (TorchBind objects), which a trace file cannot pickle."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = torch.ao.quantization.QuantStub()
+        self.conv = nn.Conv2d(2, 3, 3)
+        self.relu = nn.ReLU()
+        self.fc = nn.Linear(3 * 4 * 4, 4)
+        self.dequant = torch.ao.quantization.DeQuantStub()
+
+    def forward(self, x):
+        x = self.relu(self.conv(self.quant(x)))
+        return self.dequant(self.fc(x.flatten(1)))
+
+
+def quantized_net():
+    model = QuantizedNet().eval()
+    model.qconfig = torch.ao.quantization.get_default_qconfig("fbgemm")
+    torch.ao.quantization.prepare(model, inplace=True)
+    model(torch.randn(8, 2, 6, 6, generator=torch.Generator().manual_seed(3)))
+    return torch.ao.quantization.convert(model)
+
+
 class MaskIndex(nn.Module):
     """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
 
@@ -1181,6 +1206,7 @@ def models():
         "conj_view": (ConjView, [rand(3)], False),
         "mask_index": (MaskIndex, [rand(3)], False),
         "lstsq_gelsy": (LstsqGelsy, [rand(6, 4)], False),
+        "quantized_net": (quantized_net, [rand(2, 2, 6, 6)], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
         "empty_lists": (EmptyLists, [rand(2, 3)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),

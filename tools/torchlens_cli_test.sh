@@ -260,7 +260,7 @@ PY
   fail "--save_modules --validate failed: $(cat "$TEST_TMPDIR/err") $(grep FAIL "$TEST_TMPDIR/sel.txt")"
 grep -q "^Values saved for [0-9]* of [0-9]* ops" "$TEST_TMPDIR/sel.txt" || fail "--save_modules: no count of saved ops"
 grep -q "^Validation: PASSED" "$TEST_TMPDIR/sel.txt" || fail "--save_modules: validation did not pass"
-grep -q "^  not checked (no saved values): .*conv2d_1_2:1" "$TEST_TMPDIR/sel.txt" ||
+grep -q "^  not checked (nothing saved to re-run them): .*conv2d_1_2:1" "$TEST_TMPDIR/sel.txt" ||
   fail "--save_modules: the stem's conv2d is not listed as not checked"
 "$TOOL" --halt_after block1 >"$TEST_TMPDIR/halt.txt" 2>"$TEST_TMPDIR/err" || fail "--halt_after failed: $(cat "$TEST_TMPDIR/err")"
 grep -q "^Partial trace: the forward was halted when module 'block1' had finished" "$TEST_TMPDIR/halt.txt" ||

@@ -292,9 +292,8 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
       absl::StrAppend(&summary, "  unproved edge: ", line, "\n");
     }
     if (!report->not_checked.empty()) {
-      absl::StrAppend(&summary,
-                      "  not checked (no saved values): ", absl::StrJoin(report->not_checked, ", "),
-                      "\n");
+      absl::StrAppend(&summary, "  not checked (nothing saved to re-run them): ",
+                      absl::StrJoin(report->not_checked, ", "), "\n");
     }
     for (const std::string& failure : report->failures) {
       absl::StrAppend(&summary, "  FAIL ", failure, "\n");

@@ -129,6 +129,13 @@ std::vector<int> FirstTensorOfArguments(const Op& op) {
   return first;
 }
 
+bool ArgumentsNotKept(const Op& op) {
+  // See NOTE [Arguments a trace file cannot hold].
+  if (!op.is_compute() || !op.creation_args.empty() || !op.saved()) return false;
+  absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
+  return handle.ok() && !handle->schema().arguments().empty();
+}
+
 std::vector<int> OutTensors(const Op& op) {
   std::vector<int> out;
   absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
@@ -247,6 +254,14 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
   absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
   if (!handle.ok()) return handle.status();
   const c10::FunctionSchema& schema = handle->schema();
+  if (ArgumentsNotKept(op)) {
+    // See NOTE [Arguments a trace file cannot hold].
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not replayable: the trace holds the outputs of ", op.label, " (", op.func_name,
+        ") but not its arguments: a trace file keeps no argument list it cannot pickle "
+        "(quantized packed parameters, other TorchBind objects). Replay it from the capture "
+        "itself, not from a trace file"));
+  }
   if (args.size() != schema.arguments().size()) {
     return absl::FailedPreconditionError(
         absl::StrCat("not replayable: ", op.label, " has ", args.size(), " saved arguments, ",

@@ -73,6 +73,16 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
 // Whether the op consumes randomness (tagged nondeterministic_seeded or takes a Generator).
 bool ConsumesRandomness(const Op& op);
 
+// NOTE [Arguments a trace file cannot hold]
+// A trace file keeps an op's arguments only when Python can unpickle all of them
+// ("creation_args_complete"): quantized ops' packed parameters and other TorchBind objects
+// are left out, and the op read back holds its outputs but no arguments. Such an op
+// cannot be re-run from the file: validation lists it as not checked (its consumers still
+// check against its saved outputs) and an edit that reaches it is an error naming it.
+// Whether `op` is such an op: saved outputs, no saved arguments, and an operator that
+// takes some.
+bool ArgumentsNotKept(const Op& op);
+
 // kFailedPrecondition saying that a trace without saved values cannot be used to
 // `purpose` ("validate it"), or OK.
 absl::Status RequireSavedValues(const Trace& trace, absl::string_view purpose);

@@ -83,7 +83,8 @@ class Validator {
       // A kernel that cannot run on what it saved (a sparse, meta or quantized tensor an
       // op does not accept) is a verdict on that op, never an exception out of validation.
       try {
-        if (op.is_compute() && !op.saved()) {
+        // NOTE [Arguments a trace file cannot hold]: such an op has nothing to re-run.
+        if (op.is_compute() && (!op.saved() || ArgumentsNotKept(op))) {
           Note(&not_checked_, op, op.label);
         } else if (op.is_compute()) {
           CheckOp(op);
@@ -354,7 +355,10 @@ class Validator {
         if (i >= static_cast<int>(saved.size())) continue;
         const at::Tensor& value = saved[i];
         empty = empty && value.numel() == 0;
-        if (value.layout() != at::kStrided || value.is_quantized() || value.is_meta()) {
+        if (value.layout() != at::kStrided || value.is_meta() ||
+            (value.is_quantized() && value.qscheme() != at::kPerTensorAffine &&
+             value.qscheme() != at::kPerChannelAffine &&
+             value.qscheme() != at::kPerChannelAffineFloatQParams)) {
           unperturbable = value.is_quantized() ? "quantized" : value.is_meta() ? "meta" : "sparse";
         }
       }

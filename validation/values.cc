@@ -83,6 +83,23 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
 
 std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
                                        absl::FunctionRef<at::Generator&()> generator) {
+  if (value.is_quantized()) {
+    // The integers perturbed, on the same quantization grid: a quantized kernel sees
+    // other values of the same scale and zero point.
+    const c10::QScheme scheme = value.qscheme();
+    if (scheme != at::kPerTensorAffine && scheme != at::kPerChannelAffine &&
+        scheme != at::kPerChannelAffineFloatQParams) {
+      return std::nullopt;
+    }
+    std::optional<at::Tensor> integers = Perturbation(value.int_repr(), attempt, generator);
+    if (!integers) return std::nullopt;
+    return scheme == at::kPerTensorAffine
+               ? at::_make_per_tensor_quantized_tensor(*integers, value.q_scale(),
+                                                       value.q_zero_point())
+               : at::_make_per_channel_quantized_tensor(*integers, value.q_per_channel_scales(),
+                                                        value.q_per_channel_zero_points(),
+                                                        value.q_per_channel_axis());
+  }
   const bool floating = value.is_floating_point() || value.is_complex();
   if (value.scalar_type() == at::kBool) {
     switch (attempt) {

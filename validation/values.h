@@ -39,8 +39,10 @@ bool CloseUpToRounding(const at::Tensor& actual, const at::Tensor& expected);
 // as failures.
 
 // The `attempt`-th perturbation (0, 1, ...) of a saved value, cheapest first; nullopt when
-// there are no more. Random ones draw from the generator `generator()` returns, which is
-// called only for them (seeding a generator costs more than most perturbations).
+// there are no more. A quantized value (per-tensor or per-channel affine) is perturbed in
+// its integers and keeps its scale and zero point. Random ones draw from the generator
+// `generator()` returns, which is called only for them (seeding a generator costs more than most
+// perturbations).
 std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
                                        absl::FunctionRef<at::Generator&()> generator);
 
