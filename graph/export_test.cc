@@ -54,9 +54,9 @@ std::vector<char> SavedBytes(const Trace& trace, const std::string& name) {
 }
 
 TEST(TraceFileTest, RoundTripGivesAnEqualTrace) {
-  for (const char* name :
-       {"convbn_train", "seed_recurrent", "slice_copy", "dropout_train", "multi_output",
-        "counter_cell", "nested_branches", "dtype_views", "conj_view", "mask_index"}) {
+  for (const char* name : {"convbn_train", "seed_recurrent", "slice_copy", "dropout_train",
+                           "multi_output", "counter_cell", "nested_branches", "dtype_views",
+                           "conj_view", "mask_index", "complex_scalar"}) {
     SCOPED_TRACE(name);
     const Trace trace = Capture(name);
     const std::string path = Temp(absl::StrCat(name, ".trace.pt"));

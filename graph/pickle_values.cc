@@ -47,6 +47,8 @@ const char* KindName(Kind kind) {
       return "a tensor";
     case Kind::kDevice:
       return "a device";
+    case Kind::kComplex:
+      return "a complex number";
     case Kind::kObject:
       return "an object";
   }
@@ -622,6 +624,22 @@ class Machine {
       }
       stack_.push_back(args[0]);
       return absl::OkStatus();
+    }
+    if (name == "builtins.complex") {
+      // How LibTorch pickles a complex scalar argument (`x * 1j`): complex(real, imag).
+      if (absl::Status s = arity(2); !s.ok()) return s;
+      const PickleNode& real = Node(args[0]);
+      const PickleNode& imag = Node(args[1]);
+      const auto number = [](const PickleNode& n) {
+        return n.kind == Kind::kFloat || n.kind == Kind::kInt;
+      };
+      if (!number(real) || !number(imag)) return Error("builtins.complex of non-numbers");
+      PickleNode node = Scalar(Kind::kComplex);
+      node.float_value =
+          real.kind == Kind::kFloat ? real.float_value : static_cast<double>(real.int_value);
+      node.imag_value =
+          imag.kind == Kind::kFloat ? imag.float_value : static_cast<double>(imag.int_value);
+      return Push(std::move(node));
     }
     if (name == "torch.device") {
       if (args.empty() || args.size() > 2 || Node(args[0]).kind != Kind::kString ||

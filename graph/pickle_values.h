@@ -70,11 +70,13 @@ struct PickleNode {
     kStorage,  // `index` into PickleValues::storages
     kTensor,   // `index` into PickleValues::tensors
     kDevice,   // `text` is "cpu", "cuda:0"
+    kComplex,  // `float_value` + `imag_value` j (builtins.complex, a Python complex scalar)
     kObject,   // items[0] the class or callable, items[1] its arguments; `state` from BUILD
   };
   Kind kind = Kind::kNone;
-  int64_t int_value = 0;  // kBool, kInt
-  double float_value = 0;
+  int64_t int_value = 0;        // kBool, kInt
+  double float_value = 0;       // kFloat; kComplex: the real part
+  double imag_value = 0;        // kComplex
   std::string text;             // kString, kBytes, kGlobal, kDevice
   std::vector<uint32_t> items;  // kTuple, kList: elements; kDict: key, value, key, value...
   uint32_t index = 0;           // kStorage, kTensor

@@ -285,6 +285,8 @@ class Converter {
         return c10::IValue(node.int_value);
       case Kind::kFloat:
         return c10::IValue(node.float_value);
+      case Kind::kComplex:
+        return c10::IValue(c10::complex<double>(node.float_value, node.imag_value));
       case Kind::kString:
         return c10::IValue(node.text);
       case Kind::kTensor:

@@ -800,6 +800,23 @@ def quantized_net():
     return torch.ao.quantization.convert(model)
 
 
+class ComplexScalar(nn.Module):
+    """A Python complex scalar argument (`* (0.5 + 2j)`): a trace file pickles it as
+    builtins.complex."""
+
+    def forward(self, x):
+        return torch.view_as_real(torch.complex(x, x * 2) * (0.5 + 2j))
+
+
+class NanAbsorbs(nn.Module):
+    """NaN in one argument decides the sum whatever the other holds: no perturbation of
+    the ones can show through."""
+
+    def forward(self, x):
+        y = torch.log(x - 10.0)
+        return y + torch.ones(y.shape), x * 2
+
+
 class MaskIndex(nn.Module):
     """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
 
@@ -1207,6 +1224,8 @@ def models():
         "mask_index": (MaskIndex, [rand(3)], False),
         "lstsq_gelsy": (LstsqGelsy, [rand(6, 4)], False),
         "quantized_net": (quantized_net, [rand(2, 2, 6, 6)], False),
+        "complex_scalar": (ComplexScalar, [rand(3)], False),
+        "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
         "empty_lists": (EmptyLists, [rand(2, 3)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 
@@ -31,7 +32,8 @@ bool CloseUpToRounding(const at::Tensor& actual, const at::Tensor& expected);
 // perturbation stays NaN) may not, although they depend on it: for them a second round
 // tries values chosen without looking at the old ones (extremes, NaN, infinities, one
 // element changed, all true or all false). An edge that none of these changes is a
-// failure, except for a predicate, a parent holding non-finite values, or an argument
+// failure, except for a predicate, a parent holding non-finite values, an output that is
+// NaN everywhere (NaN in another argument decides it: `AllNaN`), or an argument
 // that decides the output only for some values (`SometimesDecisive` in
 // torchlens_dispatch/ops/exemptions.h: a fake quantizer's on/off switch changes nothing
 // for values on its grid, its zero point nothing unclamped), where the perturbations
@@ -49,6 +51,11 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
 // Whether every element of a floating or complex strided tensor is finite (true for other
 // tensors, and when the check itself fails).
 bool AllFinite(const at::Tensor& t);
+
+// Whether `outputs` are all floating or complex, with elements, and NaN in every element:
+// an output that NaN in another argument decides whatever a perturbed parent holds
+// (`log(x - 10) + torch.ones(...)` with every x below 10). Never throws.
+bool AllNaN(const std::vector<at::Tensor>& outputs);
 
 }  // namespace torchlens
 

@@ -469,12 +469,21 @@ TEST(VerdictsTest, RecurrentLayersWithDropoutReplayTheirDraws) {
 
 TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
   for (const char* name : {"masked_nan", "topk_any", "log_nan", "positive_count", "threshold_guard",
-                           "bitwise_guards"}) {
+                           "bitwise_guards", "nan_absorbs"}) {
     SCOPED_TRACE(name);
     const ValidationReport report = Validate(Capture(name));
     EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
     EXPECT_GT(report.perturbations_checked, 0);
   }
+  // The ones cannot show through a sum that NaN decides: unproved, named with why. A wrong
+  // parent is still a failure.
+  const Trace absorbed = Capture("nan_absorbs");
+  EXPECT_THAT(Validate(absorbed).unproved, ElementsAre(AllOf(StartsWith("add_1_4:1 <- ones_1_3:1"),
+                                                             HasSubstr("NaN everywhere"))));
+  const Trace wrong = Changed(absorbed, "add_1_4:1", [](Op& op) {
+    op.creation_args.mutable_at(1) = op.creation_args[1].toTensor() * 2;
+  });
+  EXPECT_THAT(Validate(wrong).failures, Contains(HasSubstr("add_1_4:1")));
 }
 
 TEST(VerdictsTest, EditOfOneOutputOfSeveral) {
