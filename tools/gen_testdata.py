@@ -817,6 +817,19 @@ class NanAbsorbs(nn.Module):
         return y + torch.ones(y.shape), x * 2
 
 
+class EqualChoices(nn.Module):
+    """Selectors whose choices hold equal values, so no perturbation of the selector can
+    show: where between equal branches, a fill with the value already there, heaviside's
+    values with no zero input."""
+
+    def forward(self, x):
+        y = x * 2
+        chosen = torch.where(x > 0, y, y)
+        filled = torch.zeros(x.shape).masked_fill(x > 0.5, 0.0)
+        stepped = torch.heaviside(x, torch.full(x.shape, 0.5) * x.mean())
+        return chosen + filled, stepped
+
+
 class MaskIndex(nn.Module):
     """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
 
@@ -1225,6 +1238,7 @@ def models():
         "lstsq_gelsy": (LstsqGelsy, [rand(6, 4)], False),
         "quantized_net": (quantized_net, [rand(2, 2, 6, 6)], False),
         "complex_scalar": (ComplexScalar, [rand(3)], False),
+        "equal_choices": (EqualChoices, [rand(3, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
         "empty_lists": (EmptyLists, [rand(2, 3)], False),

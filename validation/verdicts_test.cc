@@ -46,7 +46,8 @@ const std::vector<std::string>& IssueModels() {
       "threshold_guard",     "chunk_heads",       "positive_select",  "out_arguments",
       "resize_as",           "packed_stats_eval", "update_stats",     "former_after_reassign",
       "move_buffers",        "swap_buffers",      "out_pair",         "fake_quant",
-      "scatter_cover",       "guards_not_fired",  "shape_only_reads", "index_writes"};
+      "scatter_cover",       "guards_not_fired",  "shape_only_reads", "index_writes",
+      "equal_choices"};
   return *names;
 }
 

@@ -186,6 +186,17 @@ bool Listed(const OpArgument (&table)[N], absl::string_view op, int tensor_index
   return false;
 }
 
+// Whether `a` and `b`, broadcast together, hold equal values in every element (NaN equal
+// to NaN). False when they do not broadcast.
+bool SameEverywhere(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return false;
+  try {
+    return (a.eq(b) | (a.isnan() & b.isnan())).all().item<bool>();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 bool UncheckedIndex(absl::string_view op, int tensor_index) {
@@ -254,6 +265,13 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
   const auto only = [&](int index) {
     return parent_indexes.size() == 1 && parent_indexes[0] == index;
   };
+  const auto defined = [&](int count) {
+    if (static_cast<int>(saved.size()) < count) return false;
+    for (int i = 0; i < count; ++i) {
+      if (!saved[i].defined()) return false;
+    }
+    return true;
+  };
   for (const IndexingOp& indexing : kIndexingOps) {
     if (indexing.op != op) continue;
     const bool indexes_only = std::find(parent_indexes.begin(), parent_indexes.end(),
@@ -276,8 +294,16 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
         std::find(parent_indexes.begin(), parent_indexes.end(), 2) != parent_indexes.end();
     const bool reads_condition =
         std::find(parent_indexes.begin(), parent_indexes.end(), 0) != parent_indexes.end();
+    if (reads_condition && !reads_self && !reads_other) {
+      // Both branches hold the same values: whatever the condition selects.
+      return SameEverywhere(saved[1], saved[2]);
+    }
     if (reads_condition || reads_self == reads_other) return false;
     return reads_self ? !saved[0].any().item<bool>() : saved[0].all().item<bool>();
+  }
+  // heaviside(input, values) reads the values only where the input is zero.
+  if (op == "aten::heaviside" && only(1) && defined(2)) {
+    return !(saved[0] == 0).any().item<bool>();
   }
   // masked_fill(self, mask, value) and masked_scatter(self, mask, source): self where the
   // mask selects everything, the value or source where it selects nothing.
@@ -286,19 +312,20 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
       saved.size() >= 2 && saved[1].defined() && saved[1].scalar_type() == at::kBool) {
     if (only(0)) return saved[1].all().item<bool>();
     if (only(2)) return !saved[1].any().item<bool>();
+    // A fill with the value the tensor already holds everywhere, whatever the mask.
+    if (only(1) && (op == "aten::masked_fill" || op == "aten::masked_fill_") && args.size() == 3 &&
+        saved[0].defined()) {
+      if (args[2].isScalar()) {
+        return SameEverywhere(saved[0], at::scalar_tensor(args[2].toScalar(), saved[0].options()));
+      }
+      return saved.size() >= 3 && saved[2].defined() && SameEverywhere(saved[0], saved[2]);
+    }
     return false;
   }
   // Writes through an index: the destination where the index reaches every element of
   // it and its own values are not combined in (scatter with src or a value,
   // scatter_reduce and index_reduce with include_self=False, index_copy, index_fill, put
   // without accumulation); the written source or value where the index is empty.
-  const auto defined = [&](int count) {
-    if (static_cast<int>(saved.size()) < count) return false;
-    for (int i = 0; i < count; ++i) {
-      if (!saved[i].defined()) return false;
-    }
-    return true;
-  };
   const auto no_self = [&](size_t position) {
     return args.size() > position && args[position].isBool() && !args[position].toBool();
   };

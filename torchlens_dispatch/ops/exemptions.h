@@ -15,6 +15,9 @@
 //     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor);
 //   * where and masked_fill whose condition never selects the argument (a threshold guard
 //     that did not fire: `where(|x| > 100, x, 0)` with every |x| below 100) ignore it;
+//   * where's condition when both branches hold the same values, masked_fill's mask when
+//     the tensor already holds the fill value everywhere, and heaviside's values when no
+//     input element is zero, select nothing that could differ;
 //   * torchvision's nms that kept every box returned the boxes in score order, which the
 //     boxes did not decide; with at most one box, neither boxes nor scores decide anything
 //     (detection heads run it per class, often on one box).
