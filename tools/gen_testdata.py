@@ -830,6 +830,27 @@ class EqualChoices(nn.Module):
         return chosen + filled, stepped
 
 
+class EmptyIndexWrites(nn.Module):
+    """Writes through an empty index: the source written reaches nothing."""
+
+    def forward(self, x):
+        added = torch.zeros(2, 4).scatter_add(0, torch.zeros(0, 4, dtype=torch.long), x[:2] * 2)
+        reduced = torch.zeros(4).scatter_reduce(0, torch.zeros(0, dtype=torch.long), x[0] * 3,
+                                                "amax")
+        return added + x[:2], reduced + x[0]
+
+
+class UnalignableCtc(nn.Module):
+    """A CTC loss whose 5 targets cannot be aligned to 3 frames: infinite whatever the
+    frames hold."""
+
+    def forward(self, x):
+        log_probs = torch.log_softmax(x * 2, 2)
+        targets = torch.ones(1, 5, dtype=torch.long)
+        return torch.nn.functional.ctc_loss(log_probs, targets, torch.tensor([3]),
+                                            torch.tensor([5]), reduction="sum")
+
+
 class MaskIndex(nn.Module):
     """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
 
@@ -1239,6 +1260,8 @@ def models():
         "quantized_net": (quantized_net, [rand(2, 2, 6, 6)], False),
         "complex_scalar": (ComplexScalar, [rand(3)], False),
         "equal_choices": (EqualChoices, [rand(3, 4)], False),
+        "empty_index_writes": (EmptyIndexWrites, [rand(3, 4)], False),
+        "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
         "empty_lists": (EmptyLists, [rand(2, 3)], False),

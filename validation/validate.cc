@@ -422,16 +422,16 @@ class Validator {
                                                           AllFinite(saved[i]);
                                                  });
                  Predicate(op.func_name, unperturbed.outputs) || !finite ||
-                 AllNaN(unperturbed.outputs) ||
+                 NonFiniteEverywhere(unperturbed.outputs) ||
                  std::all_of(indexes.begin(), indexes.end(),
                              [&](int i) { return SometimesDecisive(op.func_name, i); })) {
         // See NOTE [Perturbations that can prove].
         Note(&unproved_, op,
              absl::StrCat(op.label, " <- ", parent, ": no perturbation tried changes the output (",
                           !finite ? "the parent holds NaN or infinite values"
-                          : AllNaN(unperturbed.outputs)
-                              ? "the output is NaN everywhere, which another argument's NaN "
-                                "decides whatever this parent holds"
+                          : NonFiniteEverywhere(unperturbed.outputs)
+                              ? "the output is NaN or infinite everywhere, which another "
+                                "argument decides whatever this parent holds"
                           : Predicate(op.func_name, unperturbed.outputs)
                               ? "the op is a predicate"
                               : "the parent decides the output only for some values",

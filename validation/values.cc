@@ -193,12 +193,12 @@ bool AllFinite(const at::Tensor& t) {
   }
 }
 
-bool AllNaN(const std::vector<at::Tensor>& outputs) {
+bool NonFiniteEverywhere(const std::vector<at::Tensor>& outputs) {
   if (outputs.empty()) return false;
   try {
     for (const at::Tensor& t : outputs) {
       if (!t.defined() || t.numel() == 0 || t.layout() != at::kStrided || t.is_quantized() ||
-          !(t.is_floating_point() || t.is_complex()) || !at::isnan(t).all().item<bool>()) {
+          !(t.is_floating_point() || t.is_complex()) || at::isfinite(t).any().item<bool>()) {
         return false;
       }
     }

@@ -33,7 +33,8 @@ bool CloseUpToRounding(const at::Tensor& actual, const at::Tensor& expected);
 // tries values chosen without looking at the old ones (extremes, NaN, infinities, one
 // element changed, all true or all false). An edge that none of these changes is a
 // failure, except for a predicate, a parent holding non-finite values, an output that is
-// NaN everywhere (NaN in another argument decides it: `AllNaN`), or an argument
+// NaN or infinite everywhere (another argument decides it: `NonFiniteEverywhere`), or an
+// argument
 // that decides the output only for some values (`SometimesDecisive` in
 // torchlens_dispatch/ops/exemptions.h: a fake quantizer's on/off switch changes nothing
 // for values on its grid, its zero point nothing unclamped), where the perturbations
@@ -52,10 +53,11 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
 // tensors, and when the check itself fails).
 bool AllFinite(const at::Tensor& t);
 
-// Whether `outputs` are all floating or complex, with elements, and NaN in every element:
-// an output that NaN in another argument decides whatever a perturbed parent holds
-// (`log(x - 10) + torch.ones(...)` with every x below 10). Never throws.
-bool AllNaN(const std::vector<at::Tensor>& outputs);
+// Whether `outputs` are all floating or complex, with elements, and NaN or infinite in
+// every element: an output that another argument decides whatever a perturbed parent holds
+// (`log(x - 10) + torch.ones(...)` with every x below 10, a CTC loss whose targets cannot
+// be aligned). Never throws.
+bool NonFiniteEverywhere(const std::vector<at::Tensor>& outputs);
 
 }  // namespace torchlens
 

@@ -47,7 +47,7 @@ const std::vector<std::string>& IssueModels() {
       "resize_as",           "packed_stats_eval", "update_stats",     "former_after_reassign",
       "move_buffers",        "swap_buffers",      "out_pair",         "fake_quant",
       "scatter_cover",       "guards_not_fired",  "shape_only_reads", "index_writes",
-      "equal_choices"};
+      "equal_choices",       "empty_index_writes"};
   return *names;
 }
 
@@ -470,7 +470,7 @@ TEST(VerdictsTest, RecurrentLayersWithDropoutReplayTheirDraws) {
 
 TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
   for (const char* name : {"masked_nan", "topk_any", "log_nan", "positive_count", "threshold_guard",
-                           "bitwise_guards", "nan_absorbs"}) {
+                           "bitwise_guards", "nan_absorbs", "unalignable_ctc"}) {
     SCOPED_TRACE(name);
     const ValidationReport report = Validate(Capture(name));
     EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
@@ -479,8 +479,9 @@ TEST(VerdictsTest, PredicatesAndNanDataAreProvedOrUnprovedNeverFailed) {
   // The ones cannot show through a sum that NaN decides: unproved, named with why. A wrong
   // parent is still a failure.
   const Trace absorbed = Capture("nan_absorbs");
-  EXPECT_THAT(Validate(absorbed).unproved, ElementsAre(AllOf(StartsWith("add_1_4:1 <- ones_1_3:1"),
-                                                             HasSubstr("NaN everywhere"))));
+  EXPECT_THAT(Validate(absorbed).unproved,
+              ElementsAre(AllOf(StartsWith("add_1_4:1 <- ones_1_3:1"),
+                                HasSubstr("NaN or infinite everywhere"))));
   const Trace wrong = Changed(absorbed, "add_1_4:1", [](Op& op) {
     op.creation_args.mutable_at(1) = op.creation_args[1].toTensor() * 2;
   });

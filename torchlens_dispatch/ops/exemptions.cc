@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <iterator>
 
 namespace torchlens {
 namespace {
@@ -175,6 +176,20 @@ constexpr absl::string_view kBitwiseOps[] = {
     "aten::bitwise_xor_", "aten::bitwise_not_",
 };
 
+// Writes through an index, each taking (self, [dim,] index, source or value, ...).
+constexpr absl::string_view kIndexWrites[] = {
+    "aten::scatter",        "aten::scatter_",        "aten::scatter_add", "aten::scatter_add_",
+    "aten::scatter_reduce", "aten::scatter_reduce_", "aten::index_copy",  "aten::index_copy_",
+    "aten::index_fill",     "aten::index_fill_",     "aten::index_add",   "aten::index_add_",
+    "aten::index_reduce",   "aten::index_reduce_",   "aten::put",         "aten::put_",
+};
+
+// Whether `table` names `op`.
+template <size_t N>
+bool Named(const absl::string_view (&table)[N], absl::string_view op) {
+  return std::find(std::begin(table), std::end(table), op) != std::end(table);
+}
+
 // Whether `table` lists tensor argument `tensor_index` of `op` (or all of its tensors).
 template <size_t N>
 bool Listed(const OpArgument (&table)[N], absl::string_view op, int tensor_index) {
@@ -207,12 +222,7 @@ bool SometimesDecisive(absl::string_view op, int tensor_index) {
   return Listed(kSometimesDecisiveArguments, op, tensor_index);
 }
 
-bool Uninitialized(absl::string_view op) {
-  for (absl::string_view name : kUninitializedOutputs) {
-    if (name == op) return true;
-  }
-  return false;
-}
+bool Uninitialized(absl::string_view op) { return Named(kUninitializedOutputs, op); }
 
 absl::string_view NotReproducible(absl::string_view op, c10::ArrayRef<c10::IValue> args) {
   // See NOTE [Kernels that read memory they never initialized].
@@ -329,6 +339,9 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
   const auto no_self = [&](size_t position) {
     return args.size() > position && args[position].isBool() && !args[position].toBool();
   };
+  // Every write through an index takes (self, [dim,] index, source or value, ...): its
+  // source or value cannot change the output when the index is empty.
+  if (only(2) && defined(3) && saved[1].numel() == 0 && Named(kIndexWrites, op)) return true;
   const bool scatter = (op == "aten::scatter" || op == "aten::scatter_") && args.size() == 4;
   const bool scatter_reduce = (op == "aten::scatter_reduce" || op == "aten::scatter_reduce_") &&
                               args.size() == 6 && no_self(5);
@@ -339,7 +352,7 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
           .all()
           .item<bool>();
     }
-    return only(2) && saved[1].numel() == 0;
+    return false;
   }
   const bool index_copy = op == "aten::index_copy" || op == "aten::index_copy_" ||
                           op == "aten::index_fill" || op == "aten::index_fill_";
@@ -354,7 +367,7 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
           .all()
           .item<bool>();
     }
-    return only(2) && saved[1].numel() == 0;
+    return false;
   }
   if ((op == "aten::put" || op == "aten::put_") && args.size() == 4 && defined(2)) {
     if (only(0)) {
@@ -363,7 +376,7 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
                                .all()
                                .item<bool>();
     }
-    return only(2) && saved[1].numel() == 0;
+    return false;
   }
   // pow(x, 0) is all ones, and so is pow(1, e).
   if ((op == "aten::pow" || op == "aten::pow_") && only(0) && args.size() == 2) {
