@@ -275,6 +275,12 @@ Trace BuildTrace(CaptureRecord record) {
     entry.initial_value = buffer.initial_value;
     entry.final_value = buffer.final_value;
     entry.module_address = module_address(buffer.module);
+    for (int32_t other : buffer.same_tensor_as) {
+      entry.same_tensor_as.push_back(*record.buffers[other].address);
+    }
+    for (int32_t other : buffer.overlapping) {
+      entry.shares_storage_with.push_back(*record.buffers[other].address);
+    }
   }
   parts.modules = std::move(record.modules);
   parts.params = std::move(record.params);

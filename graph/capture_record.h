@@ -93,6 +93,10 @@ struct BufferRecord {
   int32_t module = 0;          // owning module (index into module_addresses)
   at::Tensor initial_value;    // a copy taken when capture started
   at::Tensor final_value;      // a copy of the last version's value (kept even unsaved)
+  // NOTE [Buffers on one storage]: other buffers (indexes into CaptureRecord::buffers) that
+  // are the same tensor when capture started, and that share only some of its bytes.
+  std::vector<int32_t> same_tensor_as;
+  std::vector<int32_t> overlapping;
 };
 
 struct CaptureRecord {

@@ -105,6 +105,8 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
     Json& versions = entry["versions"] = Json::array();
     for (const Op* version : buffer.versions) versions.push_back(version->label);
     entry["num_overwrites"] = buffer.num_overwrites;
+    entry["same_tensor_as"] = buffer.same_tensor_as;
+    entry["shares_storage_with"] = buffer.shares_storage_with;
     entry["shape"] =
         buffer.initial_value.defined() ? Json(buffer.initial_value.sizes().vec()) : Json::array();
     entry["dtype"] =

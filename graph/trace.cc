@@ -179,6 +179,8 @@ TraceParts Trace::Parts() const {
     copy.initial_value = buffer.initial_value;
     copy.final_value = buffer.final_value;  // kept when the last version is unsaved
     copy.module_address = buffer.module_address;
+    copy.same_tensor_as = buffer.same_tensor_as;
+    copy.shares_storage_with = buffer.shares_storage_with;
     // `versions` and `num_overwrites` point into this trace: Assemble recomputes them
     // from the fork's own ops.
   }

@@ -237,6 +237,11 @@ struct Buffer {
   std::vector<const Op*> versions;  // initial read version first, then one per write
   int num_overwrites = 0;           // number of write versions
   std::string module_address;       // the module that registered it
+  // NOTE [Buffers on one storage]: the other buffers that were this very tensor when the
+  // capture started (`register_buffer("a", t); register_buffer("c", t)`), and those that
+  // shared only some of its bytes (`self.c = self.b[:2]`).
+  std::vector<std::string> same_tensor_as;
+  std::vector<std::string> shares_storage_with;
 
   // The n-th observed version (1-based); kOutOfRange naming the valid range otherwise.
   absl::StatusOr<at::Tensor> value_at(int n) const;

@@ -459,6 +459,11 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
       buffer.module_address = b.String(d, "module_address");
       buffer.initial_value = b.Tensor(d, "initial_value");
       buffer.final_value = b.Tensor(d, "final_value");
+      // Absent from files of torchlens before 2026-12-03: no buffers on one storage known.
+      if (d.contains("same_tensor_as")) buffer.same_tensor_as = b.Strings(d, "same_tensor_as");
+      if (d.contains("shares_storage_with")) {
+        buffer.shares_storage_with = b.Strings(d, "shares_storage_with");
+      }
       parts.buffers[buffer.address] = std::move(buffer);
     }
     auto modules = std::make_shared<std::map<std::string, Module>>();
@@ -601,6 +606,8 @@ absl::StatusOr<c10::IValue> TraceFileValue(const Trace& trace) {
     d.insert("module_address", buffer.module_address);
     d.insert("initial_value", TensorOrNone(buffer.initial_value));
     d.insert("final_value", TensorOrNone(buffer.final_value));
+    d.insert("same_tensor_as", Strings(buffer.same_tensor_as));
+    d.insert("shares_storage_with", Strings(buffer.shares_storage_with));
     buffers.push_back(d);
   }
   root.insert("buffers", buffers);

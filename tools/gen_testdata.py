@@ -851,6 +851,21 @@ class UnalignableCtc(nn.Module):
                                             torch.tensor([5]), reduction="sum")
 
 
+class TwinBuffers(nn.Module):
+    """One tensor registered under two names: the capture attributes each read to one of
+    them, and an edit of either name's version is an edit of both."""
+
+    def __init__(self):
+        super().__init__()
+        shared = torch.zeros(4)
+        self.register_buffer("a", shared)
+        self.register_buffer("c", shared)
+
+    def forward(self, x):
+        self.a.add_(x.sum(0))
+        return self.c * 2.0
+
+
 class MaskIndex(nn.Module):
     """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
 
@@ -1261,6 +1276,7 @@ def models():
         "complex_scalar": (ComplexScalar, [rand(3)], False),
         "equal_choices": (EqualChoices, [rand(3, 4)], False),
         "empty_index_writes": (EmptyIndexWrites, [rand(3, 4)], False),
+        "twin_buffers": (TwinBuffers, [rand(3, 4)], False),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
@@ -1347,6 +1363,8 @@ def edits():
                        ("buffer", "fq.scale", torch.tensor([0.25]))],
         "packed_stats_train": [("input", 0, torch.arange(20.0).reshape(5, 4))],
         "mask_index": [("input", 0, torch.tensor([2.0, -7.0, 1.0]))],
+        "twin_buffers": [("buffer_in_place", "a", torch.full((4,), 0.5)),
+                         ("buffer_in_place", "c", torch.arange(4.0))],
     }
 
 
@@ -1359,6 +1377,10 @@ def edited_forward(model, inputs, kind, target, value):
         owner, _, name = target.rpartition(".")
         module = model.get_submodule(owner) if owner else model
         setattr(module, name, value.clone())
+    elif kind == "buffer_in_place":  # the memory every name of the buffer shares
+        owner, _, name = target.rpartition(".")
+        module = model.get_submodule(owner) if owner else model
+        getattr(module, name).copy_(value)
     elif kind == "module":
         model.get_submodule(target).register_forward_hook(lambda m, i, o: value.clone())
     with torch.no_grad():
@@ -1385,6 +1407,15 @@ def flatten_outputs(out):
     return result
 
 
+def every_buffer(model):
+    """(address, tensor) of every registered buffer, a tensor registered under two names
+    under both (named_buffers lists it once)."""
+    for prefix, module in model.named_modules():
+        for name, buf in module._buffers.items():
+            if buf is not None:
+                yield (prefix + "." + name if prefix else name), buf
+
+
 def buffer_key(prefix, address):
     return prefix + "__" + address.replace(".", "__")
 
@@ -1398,7 +1429,7 @@ def generate(name, factory, inputs, training):
     scripted.save(os.path.join(OUT, name + ".pt"))
 
     values = {}
-    for address, buf in model.named_buffers():
+    for address, buf in every_buffer(model):
         values[buffer_key("initial", address)] = buf
     values = {k: v.clone() for k, v in values.items()}
     for i, x in enumerate(inputs):
@@ -1408,14 +1439,14 @@ def generate(name, factory, inputs, training):
         out = eager(*[x.clone() for x in inputs])
     for i, y in enumerate(flatten_outputs(out)):
         values[f"output_{i}"] = y
-    for address, buf in eager.named_buffers():
+    for address, buf in every_buffer(eager):
         values[buffer_key("buffer", address)] = buf
     for k, (kind, target, value) in enumerate(edits().get(name, [])):
         out, edited = edited_forward(model, inputs, kind, target, value)
         values[f"edit_{k}_value"] = value
         for i, y in enumerate(flatten_outputs(out)):
             values[f"edit_{k}_output_{i}"] = y
-        for address, buf in edited.named_buffers():
+        for address, buf in every_buffer(edited):
             values[buffer_key(f"edit_{k}_buffer", address)] = buf
     for key, (function, marker) in source_markers().get(name, {}).items():
         lines, first = inspect.getsourcelines(function)

@@ -85,6 +85,28 @@ BufferJournal::BufferJournal(const ModelLayout& layout, RecordAppender* record, 
     SetHolder(static_cast<int32_t>(i), tensor);
     if (entry.assigned_in_code) assigned_.push_back(static_cast<int32_t>(i));
   }
+  // NOTE [Buffers on one storage]
+  // A read or write of a tensor registered under several names is attributed to one of
+  // them (they are one TensorImpl: the capture cannot tell which name the code used), and
+  // a write through either of two overlapping buffers gives both a version. The trace
+  // records which buffers are one tensor and which share bytes, so that an edit of one's
+  // version reaches the reads recorded through the other (validation/intervene.cc).
+  for (const auto& [storage, on_storage] : storages_) {
+    if (on_storage.size() < 2) continue;
+    for (int32_t a : on_storage) {
+      for (int32_t b : on_storage) {
+        const State& first = buffers_[a];
+        const State& second = buffers_[b];
+        if (a == b ||
+            !Overlap({first.begin_byte, first.end_byte}, {second.begin_byte, second.end_byte})) {
+          continue;
+        }
+        BufferRecord& record = record_->record().buffers[a];
+        (SamePlace(first.holder, second.holder) ? record.same_tensor_as : record.overlapping)
+            .push_back(b);
+      }
+    }
+  }
 }
 
 int32_t BufferJournal::InPlaceOf(const at::Tensor& tensor) const {

@@ -92,6 +92,58 @@ class Intervention {
       }
       edited_.push_back({index, edit.output, edit.value.detach().clone()});
     }
+    // Appended after every edit the caller gave: a version the caller edited too keeps
+    // the caller's value.
+    const size_t given = edited_.size();
+    for (size_t e = 0; e < given; ++e) {
+      const Op& op = original_[edited_[e].index];
+      if (!op.is_buffer) continue;
+      if (absl::Status status = EditBuffersOnItsStorage(op, edited_[e].value, trace, &seen);
+          !status.ok()) {
+        return status;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // See NOTE [Buffers on one storage] in buffer_journal.cc. The capture attributes each
+  // read of a tensor registered under several names to one of them: the edited version's
+  // value is also the value of those buffers' versions made at the same point, which take
+  // the edit too. A buffer sharing only some of the bytes would need the edit laid out in
+  // its own geometry, which the trace does not record: a gap names it.
+  absl::Status EditBuffersOnItsStorage(const Op& version, const at::Tensor& value,
+                                       const Trace& trace,
+                                       absl::flat_hash_map<std::pair<int, int>, bool>* seen) {
+    auto buffer = trace.buffers().find(version.address);
+    if (buffer == trace.buffers().end()) return absl::OkStatus();
+    // The version of buffer `address` made at the same point as `version`, or -1.
+    const auto simultaneous = [&](const std::string& address) {
+      auto other = trace.buffers().find(address);
+      if (other == trace.buffers().end()) return -1;
+      for (const Op* candidate : other->second.versions) {
+        if (candidate->buffer_write_kind == version.buffer_write_kind &&
+            candidate->parents == version.parents) {
+          return trace.IndexOf(candidate);
+        }
+      }
+      return -1;
+    };
+    for (const std::string& address : buffer->second.same_tensor_as) {
+      const int twin = simultaneous(address);
+      if (twin >= 0 && seen->emplace(std::make_pair(twin, 0), true).second) {
+        edited_.push_back({twin, 0, value});
+      }
+    }
+    for (const std::string& address : buffer->second.shares_storage_with) {
+      const int other = simultaneous(address);
+      if (other >= 0 && seen->contains(std::make_pair(other, 0))) continue;  // edited too
+      absl::Status status =
+          Gap(DiagnosticKind::kBufferThreadGap, version.label,
+              absl::StrCat("buffer ", version.address, " shares some of its bytes with buffer ",
+                           address, ": reads the capture recorded through ", address,
+                           " keep their captured values; edit its version too for them to change"));
+      if (!status.ok()) return status;
+    }
     return absl::OkStatus();
   }
 

@@ -38,16 +38,16 @@ using ::torchlens::testing_util::Get;
 // The models of both issues, in gen_testdata.py's order.
 const std::vector<std::string>& IssueModels() {
   static const auto* names = new std::vector<std::string>{
-      "data_copy",           "shared_storage",    "transposed_write", "double_reassign",
-      "plain_attribute",     "return_param",      "set_storage",      "bn_momentum0_train",
-      "bn_cumulative_train", "nan_buffer",        "dead_branch",      "view_write",
-      "view_write_partial",  "view_before_write", "input_view_write", "view_of_view_write",
-      "masked_nan",          "topk_any",          "log_nan",          "positive_count",
-      "threshold_guard",     "chunk_heads",       "positive_select",  "out_arguments",
-      "resize_as",           "packed_stats_eval", "update_stats",     "former_after_reassign",
-      "move_buffers",        "swap_buffers",      "out_pair",         "fake_quant",
-      "scatter_cover",       "guards_not_fired",  "shape_only_reads", "index_writes",
-      "equal_choices",       "empty_index_writes"};
+      "data_copy",           "shared_storage",     "transposed_write", "double_reassign",
+      "plain_attribute",     "return_param",       "set_storage",      "bn_momentum0_train",
+      "bn_cumulative_train", "nan_buffer",         "dead_branch",      "view_write",
+      "view_write_partial",  "view_before_write",  "input_view_write", "view_of_view_write",
+      "masked_nan",          "topk_any",           "log_nan",          "positive_count",
+      "threshold_guard",     "chunk_heads",        "positive_select",  "out_arguments",
+      "resize_as",           "packed_stats_eval",  "update_stats",     "former_after_reassign",
+      "move_buffers",        "swap_buffers",       "out_pair",         "fake_quant",
+      "scatter_cover",       "guards_not_fired",   "shape_only_reads", "index_writes",
+      "equal_choices",       "empty_index_writes", "twin_buffers"};
   return *names;
 }
 
@@ -183,6 +183,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       {"chunk_heads", {"input_1"}},
       {"out_pair", {"input_1"}},
       {"fake_quant", {"input_1", "fq.scale:1"}},
+      {"twin_buffers", {"a:1", "c:1"}},
   };
   int checked = 0;
   for (const EditCase& edit_case : cases) {
@@ -221,7 +222,31 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
     // captured data]).
     for (const auto& [value, copy] : saved) EXPECT_TRUE(BitIdentical(value, copy));
   }
-  EXPECT_EQ(checked, 27);
+  EXPECT_EQ(checked, 29);
+}
+
+// NOTE [Buffers on one storage]: the trace names the buffers that are one tensor and those
+// that share some bytes. An edit of a buffer sharing bytes with another (c = b[:2]) is a
+// gap naming the other, unless that one's version is edited too.
+TEST(VerdictsTest, BuffersOnOneStorageAreNamedAndAnEditSaysWhatItCannotReach) {
+  const Trace twins = Capture("twin_buffers");
+  EXPECT_THAT(twins.buffers().at("a").same_tensor_as, ElementsAre("c"));
+  EXPECT_THAT(twins.buffers().at("c").same_tensor_as, ElementsAre("a"));
+  EXPECT_THAT(twins.buffers().at("a").shares_storage_with, IsEmpty());
+  const Trace shared = Capture("shared_storage");
+  EXPECT_THAT(shared.buffers().at("b").shares_storage_with, ElementsAre("c"));
+  EXPECT_THAT(shared.buffers().at("c").shares_storage_with, ElementsAre("b"));
+  EXPECT_THAT(shared.buffers().at("b").same_tensor_as, IsEmpty());
+  absl::StatusOr<DoResult> result = Do(shared, {Edit{"b:1", at::full({4}, 9.0f)}});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->warnings.size(), 1u);
+  EXPECT_EQ(result->warnings[0].kind, DiagnosticKind::kBufferThreadGap);
+  EXPECT_THAT(result->warnings[0].message, HasSubstr("shares some of its bytes with buffer c"));
+  EXPECT_FALSE(Do(shared, {Edit{"b:1", at::full({4}, 9.0f)}}, DoOptions{true}).ok());
+  absl::StatusOr<DoResult> both =
+      Do(shared, {Edit{"b:1", at::full({4}, 9.0f)}, Edit{"c:1", at::full({2}, 9.0f)}});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_THAT(both->warnings, IsEmpty());
 }
 
 // BatchNorm with momentum None averages with 1 / num_batches_tracked, read through
