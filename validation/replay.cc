@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
@@ -248,9 +249,10 @@ c10::IValue WithDeclaredListType(const c10::Argument& argument, c10::IValue valu
 // are owned elsewhere (the model's buffers, the interpreter's registers) never hit this.
 
 // Runs the op on clones of the tensors it writes, except the tensor numbered
-// `private_tensor` (in ForEachTensor order over `args`, -1 for none), which the caller made
+// those numbered `private_tensors` (in ForEachTensor order over `args`), which the caller made
 // for this call.
-absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, int private_tensor) {
+absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args,
+                                 absl::Span<const int> private_tensors = {}) {
   absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
   if (!handle.ok()) return handle.status();
   const c10::FunctionSchema& schema = handle->schema();
@@ -285,7 +287,10 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
       continue;
     }
     args[i] = MapTensors(args[i], [&](const at::Tensor& t) {
-      const bool made_for_the_call = tensor_index++ == private_tensor || OwnedByTheCall(t);
+      const int index = tensor_index++;
+      const bool made_for_the_call = std::find(private_tensors.begin(), private_tensors.end(),
+                                               index) != private_tensors.end() ||
+                                     OwnedByTheCall(t);
       // See NOTE [Saved copies keep their strides]: a kernel may take another path for
       // a dense clone of a strided state argument (batch norm does).
       return !t.defined() || made_for_the_call ? t : StridedCopy(t.detach());
@@ -324,7 +329,7 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args, in
 }  // namespace
 
 absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> args) {
-  return Run(op, std::move(args), /*private_tensor=*/-1);
+  return Run(op, std::move(args));
 }
 
 absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& write,
@@ -374,9 +379,116 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
   }
   // The other tensors the op writes are still cloned: a kernel writing several arguments
   // (the fused fake quantizer's scale and zero point) must not write the saved ones.
-  absl::StatusOr<ReplayResult> result = Run(op, std::move(args), write.written_tensor);
+  absl::StatusOr<ReplayResult> result = Run(op, std::move(args), {write.written_tensor});
   if (!result.ok()) return result.status();
   return aliased_place.clone();
+}
+
+namespace {
+
+// Output `output` of `view`, made again of `base` (the value of node `root` it was made
+// of at capture) by re-running the ops between them, each on its first tensor argument;
+// an error unless every step is a view of `base`. See NOTE [Fused writes through views].
+absl::StatusOr<at::Tensor> RemadeView(const Op& view, int output, const Op& root,
+                                      const at::Tensor& base, const NodeLookup& node, int depth) {
+  if (&view == &root) return base;
+  constexpr int kMaxViewChain = 16;
+  if (depth > kMaxViewChain || !view.is_compute() || view.arg_sources.empty() ||
+      view.arg_sources[0].kind != ArgSource::Kind::kNode) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(view.label, " is not a chain of views of ", root.label));
+  }
+  const Op* parent = node(view.arg_sources[0].name);
+  if (parent == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(view.label, " names an unknown node"));
+  }
+  absl::StatusOr<at::Tensor> parent_view =
+      RemadeView(*parent, view.arg_sources[0].output_index, root, base, node, depth + 1);
+  if (!parent_view.ok()) return parent_view.status();
+  std::vector<c10::IValue> args =
+      ReplayArguments(view, [&](int index, const ArgSource&, const at::Tensor& saved) {
+        return index == 0 ? *parent_view : saved;
+      });
+  absl::StatusOr<ReplayResult> remade = Run(view, std::move(args));
+  if (!remade.ok()) return remade.status();
+  if (output < 0 || output >= static_cast<int>(remade->outputs.size()) ||
+      !remade->outputs[output].defined() || !remade->outputs[output].is_alias_of(base)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(view.label, " is not a view of ", root.label));
+  }
+  return remade->outputs[output];
+}
+
+}  // namespace
+
+absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const NodeLookup& node) {
+  // See NOTE [Fused writes through views].
+  const FusedMutator* fused = FindFusedMutator(op.func_name);
+  std::vector<c10::IValue> args =
+      ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& saved) { return saved; });
+  if (fused == nullptr || !UpdatesState(*fused, args)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(op.label, " is not a fused mutator updating its state"));
+  }
+  const std::vector<int> first = FirstTensorOfArguments(op);
+  FusedWriteRedone redone;
+  std::vector<std::pair<int, at::Tensor>> views;  // tensor index -> view of the copy
+  c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
+  for (int s = 0; s < fused->num_state_arguments; ++s) {
+    const int argument = fused->state_arguments[s];
+    const int tensor_index = argument < static_cast<int>(first.size()) ? first[argument] : -1;
+    if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) continue;
+    const ArgSource& source = op.arg_sources[tensor_index];
+    const Op* state = source.kind == ArgSource::Kind::kNode ? node(source.name) : nullptr;
+    // The buffer version the views were made of: the first node up the chain that is one.
+    const Op* root = state;
+    for (int depth = 0; root != nullptr && !root->is_buffer && depth <= 16; ++depth) {
+      root = root->arg_sources.empty() ? nullptr : node(root->arg_sources[0].name);
+    }
+    if (root == nullptr || !root->is_buffer || !root->out.defined() ||
+        (redone.before != nullptr && redone.before != root)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(op.label, "'s state arguments are not views of one buffer version"));
+    }
+    if (redone.before == nullptr) {
+      redone.before = root;
+      redone.after = StridedCopy(root->out);
+    }
+    absl::StatusOr<at::Tensor> view =
+        RemadeView(*state, source.output_index, *root, redone.after, node, 0);
+    if (!view.ok()) return view.status();
+    views.emplace_back(tensor_index, *std::move(view));
+  }
+  if (redone.before == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(op.label, " has no state argument"));
+  }
+  std::vector<int> private_tensors;
+  int index = 0;
+  for (c10::IValue& arg : args) {
+    arg = MapTensors(arg, [&](const at::Tensor& t) {
+      const int i = index++;
+      for (const auto& [tensor_index, view] : views) {
+        if (tensor_index == i) {
+          private_tensors.push_back(i);
+          return view;
+        }
+      }
+      return t;
+    });
+  }
+  absl::StatusOr<ReplayResult> result = Run(op, std::move(args), private_tensors);
+  if (!result.ok()) return result.status();
+  return redone;
+}
+
+absl::StatusOr<at::Tensor> ViewAfterFusedWrite(const Op& view, int output,
+                                               const FusedWriteRedone& redone,
+                                               const NodeLookup& node) {
+  c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
+  absl::StatusOr<at::Tensor> remade =
+      RemadeView(view, output, *redone.before, redone.after, node, 0);
+  if (!remade.ok()) return remade.status();
+  return remade->clone();
 }
 
 }  // namespace torchlens

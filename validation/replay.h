@@ -70,6 +70,29 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
                                             std::vector<c10::IValue> args,
                                             const at::Tensor& before);
 
+// NOTE [Fused writes through views]
+// A fused mutator whose state arguments are views of one buffer version
+// (`F.batch_norm(x, self.stats[:, 0], self.stats[:, 1], training=True)`, both running
+// statistics in columns of one buffer) writes that buffer through them, by two arguments
+// at once. Replay redoes the write on a copy of the version (with its strides): each view
+// is made again of the copy by re-running the view ops between the version and the
+// argument (slice, select, ...; each must return a view of the copy), and the op runs on
+// those views, so that its writes land in the copy. The copy is then the buffer after the
+// call, and every view of the version the op changed is the same view of the copy.
+using NodeLookup = std::function<const Op*(absl::string_view label)>;
+struct FusedWriteRedone {
+  const Op* before = nullptr;  // the buffer version the state arguments were views of
+  at::Tensor after;            // a copy of it after the call
+};
+// kFailedPrecondition when `op` is not an updating fused mutator whose state arguments are
+// all views of one buffer version; otherwise as ReplayOp.
+absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const NodeLookup& node);
+// Output `output` of node `view` (a view of `redone.before`) as it is after the call: the
+// same view made of `redone.after`, copied.
+absl::StatusOr<at::Tensor> ViewAfterFusedWrite(const Op& view, int output,
+                                               const FusedWriteRedone& redone,
+                                               const NodeLookup& node);
+
 // Whether the op consumes randomness (tagged nondeterministic_seeded or takes a Generator).
 bool ConsumesRandomness(const Op& op);
 

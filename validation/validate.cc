@@ -181,6 +181,10 @@ class Validator {
                            [](int, const ArgSource&, const at::Tensor& value) { return value; });
   }
 
+  NodeLookup Lookup() const {
+    return [this](absl::string_view label) { return Node(label); };
+  }
+
   // The value of `source` in this trace, or nullopt naming why there is none.
   const at::Tensor* SourceValue(const ArgSource& source) const {
     const Op* node = Node(source.name);
@@ -272,6 +276,8 @@ class Validator {
   // NOTE [Writes through aliases]: each tensor the op changed through an alias must be
   // what redoing the write on its earlier value gives.
   void CheckAliasWrites(const Op& op) {
+    // Computed once, for the first write that is not one argument's.
+    std::optional<absl::StatusOr<FusedWriteRedone>> redone;
     for (size_t k = 0; k < op.alias_writes.size(); ++k) {
       const AliasWrite& write = op.alias_writes[k];
       const at::Tensor* before = SourceValue(write.before);
@@ -286,6 +292,14 @@ class Validator {
         continue;
       }
       absl::StatusOr<at::Tensor> after = ReplayAliasWrite(op, write, PlainArguments(op), *before);
+      const Op* changed_view = Node(write.before.name);
+      if (!after.ok() && write.written_tensor < 0 && changed_view != nullptr) {
+        // See NOTE [Fused writes through views].
+        if (!redone.has_value()) redone = RedoFusedWriteThroughViews(op, Lookup());
+        if (redone->ok()) {
+          after = ViewAfterFusedWrite(*changed_view, write.before.output_index, **redone, Lookup());
+        }
+      }
       if (!after.ok()) {
         // A write that replay cannot redo is a state transition it cannot prove.
         Note(&state_transition_only_, op, changed != nullptr ? changed->label : op.label);
@@ -506,6 +520,19 @@ class Validator {
       return;
     }
     if (version.buffer_write_kind == WriteKind::kFused) {
+      // See NOTE [Fused writes through views].
+      absl::StatusOr<FusedWriteRedone> redone = RedoFusedWriteThroughViews(*producer, Lookup());
+      if (redone.ok() && redone->before->address == version.address) {
+        if (std::optional<std::string> diff = Difference(redone->after, version.out)) {
+          Fail(version,
+               absl::StrCat("fused write of ", version.address, " through views of ",
+                            redone->before->label, " differs from re-running ", producer->label,
+                            " on the same views of a copy (", *diff, ")"));
+          return;
+        }
+        ++ops_checked_;
+        return;
+      }
       // Written inside a kernel that is not a known fused mutator: nothing re-runs it.
       Note(&state_transition_only_, version, version.label);
       return;
