@@ -313,6 +313,33 @@ class Intervention {
       }
     }
 
+    // See NOTE [Fused writes through views]: the captured call, redone on views of the
+    // captured version, must give the captured version for the fork's redo to stand in.
+    std::optional<std::optional<FusedWriteRedone>> through_views;
+    auto redone_through_views = [&]() -> const std::optional<FusedWriteRedone>& {
+      if (through_views.has_value()) return *through_views;
+      through_views.emplace();
+      absl::StatusOr<FusedWriteRedone> reference = RedoFusedWriteThroughViews(captured, Original());
+      if (!reference.ok()) return *through_views;
+      const int version = FusedVersionOf(captured, reference->before->address);
+      if (version < 0 || !BitIdentical(reference->after, original_[version].out)) {
+        return *through_views;
+      }
+      for (const AliasWrite& write : captured.alias_writes) {
+        const Op* view = write.written_tensor < 0 ? Original()(write.before.name) : nullptr;
+        if (view == nullptr) continue;
+        absl::StatusOr<at::Tensor> after =
+            ViewAfterFusedWrite(*view, write.before.output_index, *reference, Original());
+        if (!after.ok() || !BitIdentical(*after, write.value)) return *through_views;
+      }
+      absl::StatusOr<FusedWriteRedone> fork = RedoFusedWriteThroughViews(op, Fork());
+      if (fork.ok()) {
+        fused_after_[version] = fork->after;
+        through_views = *std::move(fork);
+      }
+      return *through_views;
+    };
+
     // See NOTE [Writes through aliases].
     for (size_t k = 0; k < op.alias_writes.size(); ++k) {
       AliasWrite& write = op.alias_writes[k];
@@ -328,6 +355,12 @@ class Intervention {
       absl::StatusOr<at::Tensor> after =
           certified ? ReplayAliasWrite(op, write, args, ForkValue(write.before, *captured_before))
                     : absl::StatusOr<at::Tensor>(absl::FailedPreconditionError("not certified"));
+      const Op* fork_view = Fork()(write.before.name);
+      if (!certified && captured_write.written_tensor < 0 && fork_view != nullptr &&
+          redone_through_views().has_value()) {
+        after = ViewAfterFusedWrite(*fork_view, write.before.output_index, *redone_through_views(),
+                                    Fork());
+      }
       if (after.ok()) {
         write.value = *after;
         alias_certified_.insert({static_cast<int>(i), output});
@@ -344,6 +377,7 @@ class Intervention {
       }
     }
 
+    if (FindFusedMutator(op.func_name) != nullptr) (void)redone_through_views();
     // NOTE [Fused buffer writes]: the state after the call, when the captured call
     // reproduces the captured versions.
     if (!replay->state_after.empty()) {
@@ -387,6 +421,31 @@ class Intervention {
       }
     }
     return false;
+  }
+
+  // Node lookups by label in the captured trace and in the fork being built.
+  NodeLookup Original() const {
+    return [this](absl::string_view label) -> const Op* {
+      const int index = IndexOf(label);
+      return index < 0 ? nullptr : &original_[index];
+    };
+  }
+  NodeLookup Fork() const {
+    return [this](absl::string_view label) -> const Op* {
+      const int index = IndexOf(label);
+      return index < 0 ? nullptr : &parts_.ops[index];
+    };
+  }
+
+  // The kFused version of buffer `address` that `op` wrote, or -1.
+  int FusedVersionOf(const Op& op, const std::string& address) const {
+    for (int32_t child : op.child_indices) {
+      if (child >= 0 && original_[child].is_buffer && original_[child].address == address &&
+          original_[child].buffer_write_kind == WriteKind::kFused) {
+        return child;
+      }
+    }
+    return -1;
   }
 
   // The kFused version node of the buffer that state argument `argument` of `op` held.

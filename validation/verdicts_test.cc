@@ -184,6 +184,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       {"out_pair", {"input_1"}},
       {"fake_quant", {"input_1", "fq.scale:1"}},
       {"twin_buffers", {"a:1", "c:1"}},
+      {"packed_stats_train", {"input_1"}},
   };
   int checked = 0;
   for (const EditCase& edit_case : cases) {
@@ -222,7 +223,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
     // captured data]).
     for (const auto& [value, copy] : saved) EXPECT_TRUE(BitIdentical(value, copy));
   }
-  EXPECT_EQ(checked, 29);
+  EXPECT_EQ(checked, 30);
 }
 
 // NOTE [Buffers on one storage]: the trace names the buffers that are one tensor and those
