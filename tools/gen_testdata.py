@@ -866,6 +866,26 @@ class TwinBuffers(nn.Module):
         return self.c * 2.0
 
 
+class StatsViews(nn.Module):
+    """Running statistics written through views: rows of one buffer by two batch norms in
+    a row (the second also changing the first one's views), a row of one buffer beside a
+    buffer of its own, and an instance norm's columns."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("rows", torch.stack([torch.zeros(4), torch.ones(4)]))
+        self.register_buffer("means", torch.zeros(2, 4))
+        self.register_buffer("var", torch.full((4,), 2.0))
+        self.register_buffer("cols", torch.stack([torch.zeros(4), torch.ones(4)], 1))
+
+    def forward(self, x):
+        y = F.batch_norm(x, self.rows[0], self.rows[1], training=True, momentum=0.2)
+        y = F.batch_norm(y * 2 + 1, self.rows[0], self.rows[1], training=True, momentum=0.3)
+        z = F.batch_norm(x - 1, self.means[1], self.var, training=True)
+        w = F.instance_norm(x.t()[None], self.cols[:, 0], self.cols[:, 1], use_input_stats=True)
+        return y + z + self.rows.sum(), w
+
+
 class MaskIndex(nn.Module):
     """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
 
@@ -1277,6 +1297,7 @@ def models():
         "equal_choices": (EqualChoices, [rand(3, 4)], False),
         "empty_index_writes": (EmptyIndexWrites, [rand(3, 4)], False),
         "twin_buffers": (TwinBuffers, [rand(3, 4)], False),
+        "stats_views": (StatsViews, [rand(6, 4)], True),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
@@ -1363,6 +1384,7 @@ def edits():
                        ("buffer", "fq.scale", torch.tensor([0.25]))],
         "packed_stats_train": [("input", 0, torch.arange(20.0).reshape(5, 4))],
         "mask_index": [("input", 0, torch.tensor([2.0, -7.0, 1.0]))],
+        "stats_views": [("input", 0, torch.arange(24.0).reshape(6, 4) / 7)],
         "twin_buffers": [("buffer_in_place", "a", torch.full((4,), 0.5)),
                          ("buffer_in_place", "c", torch.arange(4.0))],
     }

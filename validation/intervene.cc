@@ -321,9 +321,11 @@ class Intervention {
       through_views.emplace();
       absl::StatusOr<FusedWriteRedone> reference = RedoFusedWriteThroughViews(captured, Original());
       if (!reference.ok()) return *through_views;
-      const int version = FusedVersionOf(captured, reference->before->address);
-      if (version < 0 || !BitIdentical(reference->after, original_[version].out)) {
-        return *through_views;
+      std::vector<int> versions;
+      for (const auto& [before, after] : reference->buffers) {
+        const int version = FusedVersionOf(captured, before->address);
+        if (version < 0 || !BitIdentical(after, original_[version].out)) return *through_views;
+        versions.push_back(version);
       }
       for (const AliasWrite& write : captured.alias_writes) {
         const Op* view = write.written_tensor < 0 ? Original()(write.before.name) : nullptr;
@@ -333,8 +335,10 @@ class Intervention {
         if (!after.ok() || !BitIdentical(*after, write.value)) return *through_views;
       }
       absl::StatusOr<FusedWriteRedone> fork = RedoFusedWriteThroughViews(op, Fork());
-      if (fork.ok()) {
-        fused_after_[version] = fork->after;
+      if (fork.ok() && fork->buffers.size() == versions.size()) {
+        for (size_t b = 0; b < versions.size(); ++b) {
+          fused_after_[versions[b]] = fork->buffers[b].second;
+        }
         through_views = *std::move(fork);
       }
       return *through_views;

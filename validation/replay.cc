@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -386,42 +387,83 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
 
 namespace {
 
-// Output `output` of `view`, made again of `base` (the value of node `root` it was made
-// of at capture) by re-running the ops between them, each on its first tensor argument;
-// an error unless every step is a view of `base`. See NOTE [Fused writes through views].
-absl::StatusOr<at::Tensor> RemadeView(const Op& view, int output, const Op& root,
-                                      const at::Tensor& base, const NodeLookup& node, int depth) {
-  if (&view == &root) return base;
-  constexpr int kMaxViewChain = 16;
-  if (depth > kMaxViewChain || !view.is_compute() || view.arg_sources.empty() ||
-      view.arg_sources[0].kind != ArgSource::Kind::kNode) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(view.label, " is not a chain of views of ", root.label));
+// The tensor output `output` of `node` names as a view: for an alias write's value
+// (output < 0), the tensor it changed, which is the one its `before` names.
+std::pair<const Op*, int> ViewNamed(const Op* node, int output, const NodeLookup& lookup) {
+  for (int depth = 0; node != nullptr && output < 0 && depth <= 64; ++depth) {
+    const size_t k = static_cast<size_t>(-(output + 1));
+    if (k >= node->alias_writes.size()) return {nullptr, 0};
+    const ArgSource& before = node->alias_writes[k].before;
+    node = before.kind == ArgSource::Kind::kNode ? lookup(before.name) : nullptr;
+    output = before.output_index;
   }
-  const Op* parent = node(view.arg_sources[0].name);
-  if (parent == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(view.label, " names an unknown node"));
+  return {output < 0 ? nullptr : node, output};
+}
+
+// The buffer version a view was made of: up the first tensor arguments (and through alias
+// writes' values to the tensors they changed) to the first buffer version, or null.
+const Op* RootVersion(const Op* node, int output, const NodeLookup& lookup) {
+  constexpr int kMaxViewChain = 16;
+  for (int depth = 0; depth <= kMaxViewChain; ++depth) {
+    std::tie(node, output) = ViewNamed(node, output, lookup);
+    if (node == nullptr || node->is_buffer) return node;
+    if (!node->is_compute() || node->arg_sources.empty() ||
+        node->arg_sources[0].kind != ArgSource::Kind::kNode) {
+      return nullptr;
+    }
+    output = node->arg_sources[0].output_index;
+    node = lookup(node->arg_sources[0].name);
+  }
+  return nullptr;
+}
+
+// Output `output` of `view`, made again of `base` (the value of a version of buffer
+// `address` it was made of at capture) by re-running the ops between them, each on its
+// first tensor argument; an error unless every step is a view of `base`. See NOTE [Fused
+// writes through views].
+absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::string& address,
+                                      const at::Tensor& base, const NodeLookup& lookup, int depth) {
+  std::tie(view, output) = ViewNamed(view, output, lookup);
+  constexpr int kMaxViewChain = 16;
+  if (view == nullptr || depth > kMaxViewChain) {
+    return absl::FailedPreconditionError("not a chain of views of a buffer");
+  }
+  if (view->is_buffer) {
+    if (view->address == address) return base;
+    return absl::FailedPreconditionError(absl::StrCat(view->label, " is another buffer"));
+  }
+  if (!view->is_compute() || view->arg_sources.empty() ||
+      view->arg_sources[0].kind != ArgSource::Kind::kNode) {
+    return absl::FailedPreconditionError(absl::StrCat(view->label, " is not a view"));
   }
   absl::StatusOr<at::Tensor> parent_view =
-      RemadeView(*parent, view.arg_sources[0].output_index, root, base, node, depth + 1);
+      RemadeView(lookup(view->arg_sources[0].name), view->arg_sources[0].output_index, address,
+                 base, lookup, depth + 1);
   if (!parent_view.ok()) return parent_view.status();
   std::vector<c10::IValue> args =
-      ReplayArguments(view, [&](int index, const ArgSource&, const at::Tensor& saved) {
+      ReplayArguments(*view, [&](int index, const ArgSource&, const at::Tensor& saved) {
         return index == 0 ? *parent_view : saved;
       });
-  absl::StatusOr<ReplayResult> remade = Run(view, std::move(args));
+  absl::StatusOr<ReplayResult> remade = Run(*view, std::move(args));
   if (!remade.ok()) return remade.status();
-  if (output < 0 || output >= static_cast<int>(remade->outputs.size()) ||
-      !remade->outputs[output].defined() || !remade->outputs[output].is_alias_of(base)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(view.label, " is not a view of ", root.label));
+  if (output >= static_cast<int>(remade->outputs.size()) || !remade->outputs[output].defined() ||
+      !remade->outputs[output].is_alias_of(base)) {
+    return absl::FailedPreconditionError(absl::StrCat(view->label, " is not a view"));
   }
   return remade->outputs[output];
 }
 
 }  // namespace
 
-absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const NodeLookup& node) {
+const at::Tensor* FusedWriteRedone::After(const std::string& address) const {
+  for (const auto& [before, after] : buffers) {
+    if (before->address == address) return &after;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
+                                                            const NodeLookup& lookup) {
   // See NOTE [Fused writes through views].
   const FusedMutator* fused = FindFusedMutator(op.func_name);
   std::vector<c10::IValue> args =
@@ -432,34 +474,34 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const 
   }
   const std::vector<int> first = FirstTensorOfArguments(op);
   FusedWriteRedone redone;
-  std::vector<std::pair<int, at::Tensor>> views;  // tensor index -> view of the copy
+  std::vector<std::pair<int, at::Tensor>> views;  // tensor index -> view of a copy
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
   for (int s = 0; s < fused->num_state_arguments; ++s) {
     const int argument = fused->state_arguments[s];
     const int tensor_index = argument < static_cast<int>(first.size()) ? first[argument] : -1;
     if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) continue;
     const ArgSource& source = op.arg_sources[tensor_index];
-    const Op* state = source.kind == ArgSource::Kind::kNode ? node(source.name) : nullptr;
-    // The buffer version the views were made of: the first node up the chain that is one.
-    const Op* root = state;
-    for (int depth = 0; root != nullptr && !root->is_buffer && depth <= 16; ++depth) {
-      root = root->arg_sources.empty() ? nullptr : node(root->arg_sources[0].name);
-    }
-    if (root == nullptr || !root->is_buffer || !root->out.defined() ||
-        (redone.before != nullptr && redone.before != root)) {
+    if (source.kind != ArgSource::Kind::kNode) {
       return absl::FailedPreconditionError(
-          absl::StrCat(op.label, "'s state arguments are not views of one buffer version"));
+          absl::StrCat(op.label, "'s state argument ", tensor_index, " is not a buffer's view"));
     }
-    if (redone.before == nullptr) {
-      redone.before = root;
-      redone.after = StridedCopy(root->out);
+    const Op* state = lookup(source.name);
+    const Op* root = RootVersion(state, source.output_index, lookup);
+    if (root == nullptr || !root->out.defined()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(op.label, "'s state argument ", tensor_index, " is not a buffer's view"));
+    }
+    const at::Tensor* copy = redone.After(root->address);
+    if (copy == nullptr) {
+      redone.buffers.emplace_back(root, StridedCopy(root->out));
+      copy = &redone.buffers.back().second;
     }
     absl::StatusOr<at::Tensor> view =
-        RemadeView(*state, source.output_index, *root, redone.after, node, 0);
+        RemadeView(state, source.output_index, root->address, *copy, lookup, 0);
     if (!view.ok()) return view.status();
     views.emplace_back(tensor_index, *std::move(view));
   }
-  if (redone.before == nullptr) {
+  if (redone.buffers.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(op.label, " has no state argument"));
   }
   std::vector<int> private_tensors;
@@ -483,10 +525,15 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const 
 
 absl::StatusOr<at::Tensor> ViewAfterFusedWrite(const Op& view, int output,
                                                const FusedWriteRedone& redone,
-                                               const NodeLookup& node) {
+                                               const NodeLookup& lookup) {
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
-  absl::StatusOr<at::Tensor> remade =
-      RemadeView(view, output, *redone.before, redone.after, node, 0);
+  const Op* root = RootVersion(&view, output, lookup);
+  const at::Tensor* copy = root == nullptr ? nullptr : redone.After(root->address);
+  if (copy == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(view.label, " is not a view of a buffer the call wrote"));
+  }
+  absl::StatusOr<at::Tensor> remade = RemadeView(&view, output, root->address, *copy, lookup, 0);
   if (!remade.ok()) return remade.status();
   return remade->clone();
 }

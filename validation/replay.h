@@ -30,6 +30,8 @@
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -71,27 +73,32 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
                                             const at::Tensor& before);
 
 // NOTE [Fused writes through views]
-// A fused mutator whose state arguments are views of one buffer version
+// A fused mutator whose state arguments are views of buffer versions
 // (`F.batch_norm(x, self.stats[:, 0], self.stats[:, 1], training=True)`, both running
-// statistics in columns of one buffer) writes that buffer through them, by two arguments
-// at once. Replay redoes the write on a copy of the version (with its strides): each view
-// is made again of the copy by re-running the view ops between the version and the
-// argument (slice, select, ...; each must return a view of the copy), and the op runs on
-// those views, so that its writes land in the copy. The copy is then the buffer after the
-// call, and every view of the version the op changed is the same view of the copy.
+// statistics in columns of one buffer) writes those buffers through them, by two
+// arguments at once. Replay redoes the write on a copy of each version (with its strides):
+// each view is made again of its copy by re-running the view ops between the version and
+// the argument (slice, select, ...; each must return a view of the copy; a tensor an
+// earlier alias write changed is the view that write names), and the op runs on those
+// views, so that its writes land in the copies. The copies are then the buffers after the
+// call, and every view of them the op changed is the same view of its copy.
 using NodeLookup = std::function<const Op*(absl::string_view label)>;
 struct FusedWriteRedone {
-  const Op* before = nullptr;  // the buffer version the state arguments were views of
-  at::Tensor after;            // a copy of it after the call
+  // Each buffer version the state arguments were views of (or were), with a copy of it
+  // after the call.
+  std::vector<std::pair<const Op*, at::Tensor>> buffers;
+  // The copy of buffer `address` after the call, or null.
+  const at::Tensor* After(const std::string& address) const;
 };
-// kFailedPrecondition when `op` is not an updating fused mutator whose state arguments are
-// all views of one buffer version; otherwise as ReplayOp.
-absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const NodeLookup& node);
-// Output `output` of node `view` (a view of `redone.before`) as it is after the call: the
-// same view made of `redone.after`, copied.
+// kFailedPrecondition when `op` is not an updating fused mutator whose state arguments
+// are all buffer versions or views of them; otherwise as ReplayOp.
+absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const NodeLookup& lookup);
+// Output `output` of node `view` (a view of one of `redone`'s buffers; for output < 0, the
+// tensor that alias write changed) as it is after the call: the same view made of the
+// buffer's copy, copied.
 absl::StatusOr<at::Tensor> ViewAfterFusedWrite(const Op& view, int output,
                                                const FusedWriteRedone& redone,
-                                               const NodeLookup& node);
+                                               const NodeLookup& lookup);
 
 // Whether the op consumes randomness (tagged nondeterministic_seeded or takes a Generator).
 bool ConsumesRandomness(const Op& op);

@@ -522,11 +522,12 @@ class Validator {
     if (version.buffer_write_kind == WriteKind::kFused) {
       // See NOTE [Fused writes through views].
       absl::StatusOr<FusedWriteRedone> redone = RedoFusedWriteThroughViews(*producer, Lookup());
-      if (redone.ok() && redone->before->address == version.address) {
-        if (std::optional<std::string> diff = Difference(redone->after, version.out)) {
+      const at::Tensor* after = redone.ok() ? redone->After(version.address) : nullptr;
+      if (after != nullptr) {
+        if (std::optional<std::string> diff = Difference(*after, version.out)) {
           Fail(version,
-               absl::StrCat("fused write of ", version.address, " through views of ",
-                            redone->before->label, " differs from re-running ", producer->label,
+               absl::StrCat("fused write of ", version.address,
+                            " through views of it differs from re-running ", producer->label,
                             " on the same views of a copy (", *diff, ")"));
           return;
         }

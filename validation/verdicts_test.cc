@@ -47,7 +47,7 @@ const std::vector<std::string>& IssueModels() {
       "resize_as",           "packed_stats_eval",  "update_stats",     "former_after_reassign",
       "move_buffers",        "swap_buffers",       "out_pair",         "fake_quant",
       "scatter_cover",       "guards_not_fired",   "shape_only_reads", "index_writes",
-      "equal_choices",       "empty_index_writes", "twin_buffers"};
+      "equal_choices",       "empty_index_writes", "twin_buffers",     "stats_views"};
   return *names;
 }
 
@@ -185,6 +185,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       {"fake_quant", {"input_1", "fq.scale:1"}},
       {"twin_buffers", {"a:1", "c:1"}},
       {"packed_stats_train", {"input_1"}},
+      {"stats_views", {"input_1"}},
   };
   int checked = 0;
   for (const EditCase& edit_case : cases) {
@@ -223,7 +224,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
     // captured data]).
     for (const auto& [value, copy] : saved) EXPECT_TRUE(BitIdentical(value, copy));
   }
-  EXPECT_EQ(checked, 30);
+  EXPECT_EQ(checked, 31);
 }
 
 // NOTE [Buffers on one storage]: the trace names the buffers that are one tensor and those
