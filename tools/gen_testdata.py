@@ -886,6 +886,15 @@ class StatsViews(nn.Module):
         return y + z + self.rows.sum(), w
 
 
+class AbsorbingOperands(nn.Module):
+    """Integer operands that absorb the other: `i * 0`, `i & 0` and `i | -1` hold the same
+    whatever i holds."""
+
+    def forward(self, x):
+        i = (x * 10).long()
+        return i * 0 + (i & 0) + (i | -1), torch.zeros(x.shape, dtype=torch.long) * i
+
+
 class MaskIndex(nn.Module):
     """Boolean-mask indexing: aten::index takes a Tensor?[] of indices."""
 
@@ -1298,6 +1307,7 @@ def models():
         "empty_index_writes": (EmptyIndexWrites, [rand(3, 4)], False),
         "twin_buffers": (TwinBuffers, [rand(3, 4)], False),
         "stats_views": (StatsViews, [rand(6, 4)], True),
+        "absorbing_operands": (AbsorbingOperands, [rand(3, 4)], False),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),

@@ -47,7 +47,8 @@ const std::vector<std::string>& IssueModels() {
       "resize_as",           "packed_stats_eval",  "update_stats",     "former_after_reassign",
       "move_buffers",        "swap_buffers",       "out_pair",         "fake_quant",
       "scatter_cover",       "guards_not_fired",   "shape_only_reads", "index_writes",
-      "equal_choices",       "empty_index_writes", "twin_buffers",     "stats_views"};
+      "equal_choices",       "empty_index_writes", "twin_buffers",     "stats_views",
+      "absorbing_operands"};
   return *names;
 }
 

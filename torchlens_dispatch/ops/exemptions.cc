@@ -184,6 +184,19 @@ constexpr absl::string_view kIndexWrites[] = {
     "aten::index_reduce",   "aten::index_reduce_",   "aten::put",         "aten::put_",
 };
 
+// Binary ops with an absorbing operand: anything times 0 or and 0 is 0, anything or all
+// bits set is all bits set.
+constexpr absl::string_view kAbsorbingZero[] = {
+    "aten::mul",         "aten::mul_",         "aten::__and__",  "aten::__iand__",
+    "aten::bitwise_and", "aten::bitwise_and_", "aten::multiply", "aten::multiply_",
+};
+constexpr absl::string_view kAbsorbingAllBits[] = {
+    "aten::__or__",
+    "aten::__ior__",
+    "aten::bitwise_or",
+    "aten::bitwise_or_",
+};
+
 // Whether `table` names `op`.
 template <size_t N>
 bool Named(const absl::string_view (&table)[N], absl::string_view op) {
@@ -377,6 +390,25 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
                                .item<bool>();
     }
     return false;
+  }
+  // An operand that absorbs the other (`i * 0`, `i & 0`, `i | -1` on integers: no
+  // perturbation of i shows), a scalar or a tensor that is absorbing everywhere.
+  const bool absorbs_zero = Named(kAbsorbingZero, op);
+  if ((absorbs_zero || Named(kAbsorbingAllBits, op)) && args.size() >= 2 &&
+      parent_indexes.size() == 1 && !outputs.empty() && outputs[0].defined()) {
+    at::Tensor other;
+    if (parent_indexes[0] == 0 && args[1].isScalar()) {
+      other = at::scalar_tensor(args[1].toScalar(), outputs[0].options());
+    } else if (saved.size() == 2 && parent_indexes[0] <= 1) {
+      other = saved[1 - parent_indexes[0]];
+    }
+    if (!other.defined() || other.numel() == 0 || other.is_complex()) return false;
+    try {
+      return absorbs_zero ? !(other != 0).any().item<bool>()
+                          : (at::bitwise_not(other) == 0).all().item<bool>();
+    } catch (const std::exception&) {
+      return false;  // all bits set of a floating value: no such thing
+    }
   }
   // pow(x, 0) is all ones, and so is pow(1, e).
   if ((op == "aten::pow" || op == "aten::pow_") && only(0) && args.size() == 2) {

@@ -15,6 +15,8 @@
 //     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor);
 //   * where and masked_fill whose condition never selects the argument (a threshold guard
 //     that did not fire: `where(|x| > 100, x, 0)` with every |x| below 100) ignore it;
+//   * an operand that absorbs the other (`i * 0`, `i & 0`, `i | -1` on integers, a scalar or
+//     a tensor absorbing everywhere) leaves the other nothing to decide;
 //   * where's condition when both branches hold the same values, masked_fill's mask when
 //     the tensor already holds the fill value everywhere, and heaviside's values when no
 //     input element is zero, select nothing that could differ;
