@@ -888,11 +888,12 @@ class StatsViews(nn.Module):
 
 class AbsorbingOperands(nn.Module):
     """Integer operands that absorb the other: `i * 0`, `i & 0` and `i | -1` hold the same
-    whatever i holds."""
+    whatever i holds; and clamps that moved every element to their bound."""
 
     def forward(self, x):
         i = (x * 10).long()
-        return i * 0 + (i & 0) + (i | -1), torch.zeros(x.shape, dtype=torch.long) * i
+        saturated = torch.clamp(i.abs() + 1, max=-100) + torch.clamp_min(-i.abs() - 5, 100)
+        return i * 0 + (i & 0) + (i | -1) + saturated, torch.zeros(x.shape, dtype=torch.long) * i
 
 
 class MaskIndex(nn.Module):

@@ -419,7 +419,22 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
   }
   if (op == "aten::clamp" && only(0) && args.size() >= 3 && args[1].isScalar() &&
       args[2].isScalar()) {
-    return args[1].toScalar().toDouble() == args[2].toScalar().toDouble();
+    if (args[1].toScalar().toDouble() == args[2].toScalar().toDouble()) return true;
+  }
+  // A clamp that clamped every element to one bound (`idx.clamp(max=0)` with every idx
+  // above it), a guard that fired everywhere: the input decided nothing the perturbations
+  // could show (integers move by one, not past the bound).
+  if ((op == "aten::clamp" || op == "aten::clamp_" || op == "aten::clamp_min" ||
+       op == "aten::clamp_max" || op == "aten::clamp_min_" || op == "aten::clamp_max_") &&
+      only(0) && saved.size() >= 1 && saved[0].defined() && outputs.size() == 1 &&
+      outputs[0].defined() && outputs[0].numel() > 0) {
+    for (size_t a = 1; a < args.size() && a < 3; ++a) {
+      if (!args[a].isScalar()) continue;
+      const at::Tensor bound = at::scalar_tensor(args[a].toScalar(), outputs[0].options());
+      if ((outputs[0] == bound).all().item<bool>() && (saved[0] != bound).all().item<bool>()) {
+        return true;
+      }
+    }
   }
   // index_put(self, indices, values, accumulate): self where the indices reach every
   // element (and do not accumulate), the values where they reach none (`y[y > 5] = 0`

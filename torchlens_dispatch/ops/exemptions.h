@@ -10,7 +10,8 @@
 // values prove it (TorchLens exempts index arguments and clamp unconditionally):
 //   * an index into a source whose elements are all equal selects the same values whatever
 //     it holds (detection models index uniform scores);
-//   * clamp with min == max returns that value whatever the input;
+//   * clamp with min == max returns that value whatever the input, and so does a clamp
+//     that moved every element to one bound (for the values a perturbation can reach);
 //   * index_put without accumulation whose indices cover every element of the destination
 //     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor);
 //   * where and masked_fill whose condition never selects the argument (a threshold guard
