@@ -473,13 +473,29 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
         absl::StrCat(op.label, " is not a fused mutator updating its state"));
   }
   const std::vector<int> first = FirstTensorOfArguments(op);
-  FusedWriteRedone redone;
-  std::vector<std::pair<int, at::Tensor>> views;  // tensor index -> view of a copy
-  c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
+  // The tensor indexes of the state arguments.
+  std::vector<int> states;
   for (int s = 0; s < fused->num_state_arguments; ++s) {
     const int argument = fused->state_arguments[s];
     const int tensor_index = argument < static_cast<int>(first.size()) ? first[argument] : -1;
-    if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) continue;
+    if (tensor_index >= 0 && tensor_index < static_cast<int>(op.arg_sources.size())) {
+      states.push_back(tensor_index);
+    }
+  }
+  if (std::none_of(states.begin(), states.end(), [&](int tensor_index) {
+        const ArgSource& source = op.arg_sources[tensor_index];
+        const Op* state = source.kind == ArgSource::Kind::kNode ? lookup(source.name) : nullptr;
+        return state != nullptr && !state->is_buffer;
+      })) {
+    // Every state argument is a buffer itself: NOTE [Fused buffer writes] checks those
+    // with the op's own replay, and redoing it here would run the kernel twice more.
+    return absl::FailedPreconditionError(
+        absl::StrCat(op.label, " writes no buffer through a view"));
+  }
+  FusedWriteRedone redone;
+  std::vector<std::pair<int, at::Tensor>> views;  // tensor index -> view of a copy
+  c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
+  for (int tensor_index : states) {
     const ArgSource& source = op.arg_sources[tensor_index];
     if (source.kind != ArgSource::Kind::kNode) {
       return absl::FailedPreconditionError(
@@ -504,6 +520,7 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
   if (redone.buffers.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(op.label, " has no state argument"));
   }
+
   std::vector<int> private_tensors;
   int index = 0;
   for (c10::IValue& arg : args) {

@@ -91,7 +91,8 @@ struct FusedWriteRedone {
   const at::Tensor* After(const std::string& address) const;
 };
 // kFailedPrecondition when `op` is not an updating fused mutator whose state arguments
-// are all buffer versions or views of them; otherwise as ReplayOp.
+// are all buffer versions or views of them, at least one a view (plain batch norms are
+// checked by NOTE [Fused buffer writes] without a second run); otherwise as ReplayOp.
 absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const NodeLookup& lookup);
 // Output `output` of node `view` (a view of one of `redone`'s buffers; for output < 0, the
 // tensor that alias write changed) as it is after the call: the same view made of the
