@@ -223,12 +223,11 @@ TEST(ValidateTest, DeadOpIsListedAndStillValueChecked) {
 }
 
 TEST(ValidateTest, OpThatIgnoresAParentFailsThePerturbationCheck) {
-  // x & 0: x is a parent of bitwise_and, but no value of x changes the result, and the op
-  // computes rather than decides (NOTE [Perturbations that can prove]).
+  // x ^ x: x is a parent of bitwise_xor, but no value of x changes the result, and the op
+  // computes rather than decides (NOTE [Perturbations that can prove]). (x & 0 is exempt:
+  // the zeros absorb x.)
   struct IgnoreImpl : torch::nn::Module {
-    torch::Tensor forward(torch::Tensor x) {
-      return torch::bitwise_and(x, torch::zeros({3}, torch::kLong));
-    }
+    torch::Tensor forward(torch::Tensor x) { return torch::bitwise_xor(x, x); }
   };
   auto net = std::make_shared<IgnoreImpl>();
   const torch::Tensor x = torch::tensor({5, -3, 7});
