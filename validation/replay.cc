@@ -387,10 +387,15 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
 
 namespace {
 
+// The longest chain of view ops, and of alias writes each naming the one before (one per
+// earlier write of the same views: a loop's batch norms), followed back to a buffer version.
+constexpr int kMaxViewChain = 16;
+constexpr int kMaxAliasWriteChain = 64;
+
 // The tensor output `output` of `node` names as a view: for an alias write's value
 // (output < 0), the tensor it changed, which is the one its `before` names.
 std::pair<const Op*, int> ViewNamed(const Op* node, int output, const NodeLookup& lookup) {
-  for (int depth = 0; node != nullptr && output < 0 && depth <= 64; ++depth) {
+  for (int depth = 0; node != nullptr && output < 0 && depth <= kMaxAliasWriteChain; ++depth) {
     const size_t k = static_cast<size_t>(-(output + 1));
     if (k >= node->alias_writes.size()) return {nullptr, 0};
     const ArgSource& before = node->alias_writes[k].before;
@@ -403,7 +408,6 @@ std::pair<const Op*, int> ViewNamed(const Op* node, int output, const NodeLookup
 // The buffer version a view was made of: up the first tensor arguments (and through alias
 // writes' values to the tensors they changed) to the first buffer version, or null.
 const Op* RootVersion(const Op* node, int output, const NodeLookup& lookup) {
-  constexpr int kMaxViewChain = 16;
   for (int depth = 0; depth <= kMaxViewChain; ++depth) {
     std::tie(node, output) = ViewNamed(node, output, lookup);
     if (node == nullptr || node->is_buffer) return node;
@@ -424,7 +428,6 @@ const Op* RootVersion(const Op* node, int output, const NodeLookup& lookup) {
 absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::string& address,
                                       const at::Tensor& base, const NodeLookup& lookup, int depth) {
   std::tie(view, output) = ViewNamed(view, output, lookup);
-  constexpr int kMaxViewChain = 16;
   if (view == nullptr || depth > kMaxViewChain) {
     return absl::FailedPreconditionError("not a chain of views of a buffer");
   }

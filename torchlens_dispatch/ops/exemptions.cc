@@ -247,16 +247,13 @@ absl::string_view NotReproducible(absl::string_view op, c10::ArrayRef<c10::IValu
 }
 
 bool ShapeOnly(absl::string_view op, absl::string_view overload, int tensor_index) {
-  for (absl::string_view name : kMetadataOps) {
-    if (name == op) return true;
-  }
+  if (Named(kMetadataOps, op)) return true;
   for (const OverloadArgument& entry : kShapeOnlyOverloadArguments) {
     if (entry.op == op && entry.overload == overload && entry.tensor_index == tensor_index) {
       return true;
     }
   }
-  if (Listed(kShapeOnlyArguments, op, tensor_index)) return true;
-  return false;
+  return Listed(kShapeOnlyArguments, op, tensor_index);
 }
 
 bool ZeroedByAnotherArgument(absl::string_view op, const std::vector<at::Tensor>& saved,
@@ -457,9 +454,7 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
 }
 
 bool Predicate(absl::string_view op, const std::vector<at::Tensor>& outputs) {
-  for (absl::string_view name : kPredicates) {
-    if (name == op) return true;
-  }
+  if (Named(kPredicates, op)) return true;
   for (absl::string_view name : kBitwiseOps) {
     if (name != op) continue;
     return !outputs.empty() && std::all_of(outputs.begin(), outputs.end(), [](const at::Tensor& t) {
