@@ -886,6 +886,25 @@ class StatsViews(nn.Module):
         return y + z + self.rows.sum(), w
 
 
+class StatsViewsKept(nn.Module):
+    """Running statistics in views made once and kept: two batch norms in a loop on the
+    same two views, after a write through one of them and an in-place write of the whole
+    buffer, both of which the views see."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("stats", torch.stack([torch.zeros(4), torch.ones(4), torch.zeros(4)]))
+
+    def forward(self, x):
+        mean, var = self.stats[0], self.stats[1]
+        var.fill_(2.0)
+        self.stats.add_(0.5)
+        y = x
+        for _ in range(2):
+            y = F.batch_norm(y, mean, var, training=True, momentum=0.25)
+        return y * 2 + self.stats.sum()
+
+
 class AbsorbingOperands(nn.Module):
     """Integer operands that absorb the other: `i * 0`, `i & 0` and `i | -1` hold the same
     whatever i holds; and clamps that moved every element to their bound."""
@@ -1308,6 +1327,7 @@ def models():
         "empty_index_writes": (EmptyIndexWrites, [rand(3, 4)], False),
         "twin_buffers": (TwinBuffers, [rand(3, 4)], False),
         "stats_views": (StatsViews, [rand(6, 4)], True),
+        "stats_views_kept": (StatsViewsKept, [rand(6, 4)], True),
         "absorbing_operands": (AbsorbingOperands, [rand(3, 4)], False),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
@@ -1396,6 +1416,8 @@ def edits():
         "packed_stats_train": [("input", 0, torch.arange(20.0).reshape(5, 4))],
         "mask_index": [("input", 0, torch.tensor([2.0, -7.0, 1.0]))],
         "stats_views": [("input", 0, torch.arange(24.0).reshape(6, 4) / 7)],
+        "stats_views_kept": [("input", 0, torch.arange(24.0).reshape(6, 4) / 5),
+                             ("buffer", "stats", torch.arange(12.0).reshape(3, 4))],
         "twin_buffers": [("buffer_in_place", "a", torch.full((4,), 0.5)),
                          ("buffer_in_place", "c", torch.arange(4.0))],
     }

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "graph/label.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
@@ -405,26 +406,92 @@ std::pair<const Op*, int> ViewNamed(const Op* node, int output, const NodeLookup
   return {output < 0 ? nullptr : node, output};
 }
 
-// The buffer version a view was made of: up the first tensor arguments (and through alias
+// For output `output` of `node`, an argument `node` wrote in place and returns as that
+// output (`fill_`'s and `add_`'s self, an out= op's `out`): its tensor index, as in
+// FirstTensorOfArguments; -1 for any other output.
+int ReturnedWrittenArgument(const Op& node, int output) {
+  absl::StatusOr<c10::OperatorHandle> handle = Handle(node);
+  if (!handle.ok() || output < 0) return -1;
+  const c10::FunctionSchema& schema = handle->schema();
+  // Outputs are numbered over the returns' tensors: only returns before `output` that are
+  // single tensors keep the two numberings equal.
+  if (output >= static_cast<int>(schema.returns().size())) return -1;
+  for (int r = 0; r <= output; ++r) {
+    if (schema.returns()[r].type()->kind() != c10::TypeKind::TensorType) return -1;
+  }
+  const c10::AliasInfo* returned = schema.returns()[output].alias_info();
+  if (returned == nullptr || !returned->isWrite()) return -1;
+  const std::vector<int> first = FirstTensorOfArguments(node);
+  for (size_t a = 0; a < schema.arguments().size() && a < first.size(); ++a) {
+    const c10::AliasInfo* alias = schema.arguments()[a].alias_info();
+    if (alias != nullptr && alias->isWrite() && alias->beforeSets() == returned->beforeSets()) {
+      return first[a];
+    }
+  }
+  return -1;
+}
+
+// One step from a view toward what it was made of: the tensor argument of `node` that
+// output `output` is made of (the written argument it returns, else the first), and
+// whether that output is the argument itself, so that nothing is re-run to make it.
+struct ViewSource {
+  const ArgSource* source = nullptr;
+  bool same_tensor = false;
+};
+ViewSource SourceOfView(const Op& node, int output) {
+  const int written = ReturnedWrittenArgument(node, output);
+  const int index = written >= 0 ? written : 0;
+  if (!node.is_compute() || index >= static_cast<int>(node.arg_sources.size()) ||
+      node.arg_sources[index].kind != ArgSource::Kind::kNode) {
+    return {};
+  }
+  return {&node.arg_sources[index], written >= 0};
+}
+
+// The buffer version a view was made of: up the tensors each step names (and through alias
 // writes' values to the tensors they changed) to the first buffer version, or null.
 const Op* RootVersion(const Op* node, int output, const NodeLookup& lookup) {
   for (int depth = 0; depth <= kMaxViewChain; ++depth) {
     std::tie(node, output) = ViewNamed(node, output, lookup);
     if (node == nullptr || node->is_buffer) return node;
-    if (!node->is_compute() || node->arg_sources.empty() ||
-        node->arg_sources[0].kind != ArgSource::Kind::kNode) {
-      return nullptr;
-    }
-    output = node->arg_sources[0].output_index;
-    node = lookup(node->arg_sources[0].name);
+    const ViewSource step = SourceOfView(*node, output);
+    if (step.source == nullptr) return nullptr;
+    output = step.source->output_index;
+    node = lookup(step.source->name);
   }
   return nullptr;
 }
 
+// The version of `root`'s buffer that `op` wrote through views made of `root`: the one
+// before the version `op` made. Views made of an earlier version see every in-place write
+// since, unless the buffer was reassigned in between, when the views are of a tensor the
+// buffer no longer is (null). `root` itself when `op` made no later version of it.
+const Op* VersionBeforeWrite(const Op& op, const Op& root, const NodeLookup& lookup) {
+  for (const std::string& child : op.children) {
+    const Op* written = lookup(child);
+    if (written == nullptr || !written->is_buffer || written->address != root.address ||
+        written->buffer_pass <= root.buffer_pass) {
+      continue;
+    }
+    absl::StatusOr<ParsedKey> key = ParseKey(written->label);
+    if (!key.ok()) return nullptr;
+    const Op* before = &root;
+    for (int pass = root.buffer_pass + 1; pass < written->buffer_pass; ++pass) {
+      before = lookup(PassLabel(key->base, pass));
+      if (before == nullptr || !before->is_buffer || before->address != root.address ||
+          before->buffer_write_kind == WriteKind::kReassign) {
+        return nullptr;
+      }
+    }
+    return before;
+  }
+  return &root;
+}
+
 // Output `output` of `view`, made again of `base` (the value of a version of buffer
-// `address` it was made of at capture) by re-running the ops between them, each on its
-// first tensor argument; an error unless every step is a view of `base`. See NOTE [Fused
-// writes through views].
+// `address`) by re-running the view ops between them, each on the tensor SourceOfView
+// names; an op that returns an argument it wrote is not re-run (`base` holds its write).
+// An error unless every step is a view of `base`. See NOTE [Fused writes through views].
 absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::string& address,
                                       const at::Tensor& base, const NodeLookup& lookup, int depth) {
   std::tie(view, output) = ViewNamed(view, output, lookup);
@@ -435,14 +502,16 @@ absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::str
     if (view->address == address) return base;
     return absl::FailedPreconditionError(absl::StrCat(view->label, " is another buffer"));
   }
-  if (!view->is_compute() || view->arg_sources.empty() ||
-      view->arg_sources[0].kind != ArgSource::Kind::kNode) {
+  const ViewSource step = SourceOfView(*view, output);
+  if (step.source == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(view->label, " is not a view"));
   }
-  absl::StatusOr<at::Tensor> parent_view =
-      RemadeView(lookup(view->arg_sources[0].name), view->arg_sources[0].output_index, address,
-                 base, lookup, depth + 1);
-  if (!parent_view.ok()) return parent_view.status();
+  absl::StatusOr<at::Tensor> parent_view = RemadeView(
+      lookup(step.source->name), step.source->output_index, address, base, lookup, depth + 1);
+  if (!parent_view.ok() || step.same_tensor) return parent_view;
+  if (step.source != &view->arg_sources[0]) {
+    return absl::FailedPreconditionError(absl::StrCat(view->label, " is not a view"));
+  }
   std::vector<c10::IValue> args =
       ReplayArguments(*view, [&](int index, const ArgSource&, const at::Tensor& saved) {
         return index == 0 ? *parent_view : saved;
@@ -505,7 +574,8 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
           absl::StrCat(op.label, "'s state argument ", tensor_index, " is not a buffer's view"));
     }
     const Op* state = lookup(source.name);
-    const Op* root = RootVersion(state, source.output_index, lookup);
+    const Op* made_of = RootVersion(state, source.output_index, lookup);
+    const Op* root = made_of == nullptr ? nullptr : VersionBeforeWrite(op, *made_of, lookup);
     if (root == nullptr || !root->out.defined()) {
       return absl::FailedPreconditionError(
           absl::StrCat(op.label, "'s state argument ", tensor_index, " is not a buffer's view"));

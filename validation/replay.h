@@ -76,10 +76,15 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
 // A fused mutator whose state arguments are views of buffer versions
 // (`F.batch_norm(x, self.stats[:, 0], self.stats[:, 1], training=True)`, both running
 // statistics in columns of one buffer) writes those buffers through them, by two
-// arguments at once. Replay redoes the write on a copy of each version (with its strides):
-// each view is made again of its copy by re-running the view ops between the version and
-// the argument (slice, select, ...; each must return a view of the copy; a tensor an
-// earlier alias write changed is the view that write names), and the op runs on those
+// arguments at once. Replay redoes the write on a copy of each buffer as the op found it
+// (with its strides): the version before the one the op made, whatever version the views
+// were made of, since views made once and kept (a loop's batch norms on `mean, var =
+// self.stats[0], self.stats[1]`) see every in-place write of the buffer after them; a
+// reassignment in between is refused, its views being of a former tensor. Each view is
+// made again of the copy by re-running the view ops between the version and the argument
+// (slice, select, ...; each must return a view of the copy; a tensor an earlier alias
+// write changed is the view that write names; an in-place op's result, `var.fill_(2)`, is
+// the view it wrote, not re-run, the copy holding its write), and the op runs on those
 // views, so that its writes land in the copies. The copies are then the buffers after the
 // call, and every view of them the op changed is the same view of its copy.
 using NodeLookup = std::function<const Op*(absl::string_view label)>;

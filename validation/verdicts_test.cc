@@ -48,7 +48,7 @@ const std::vector<std::string>& IssueModels() {
       "move_buffers",        "swap_buffers",       "out_pair",         "fake_quant",
       "scatter_cover",       "guards_not_fired",   "shape_only_reads", "index_writes",
       "equal_choices",       "empty_index_writes", "twin_buffers",     "stats_views",
-      "absorbing_operands"};
+      "stats_views_kept",    "absorbing_operands"};
   return *names;
 }
 
@@ -187,6 +187,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       {"twin_buffers", {"a:1", "c:1"}},
       {"packed_stats_train", {"input_1"}},
       {"stats_views", {"input_1"}},
+      {"stats_views_kept", {"input_1", "stats:1"}},
   };
   int checked = 0;
   for (const EditCase& edit_case : cases) {
@@ -225,7 +226,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
     // captured data]).
     for (const auto& [value, copy] : saved) EXPECT_TRUE(BitIdentical(value, copy));
   }
-  EXPECT_EQ(checked, 31);
+  EXPECT_EQ(checked, 33);
 }
 
 // NOTE [Buffers on one storage]: the trace names the buffers that are one tensor and those
