@@ -905,6 +905,23 @@ class StatsViewsKept(nn.Module):
         return y * 2 + self.stats.sum()
 
 
+class ReadsWhatItWrites(nn.Module):
+    """Ops writing memory that another of their arguments reads: a buffer's last row
+    written from its first column (which ends in that row), and an activation's column
+    written from its first row (which crosses it). The kernel reads some elements after
+    writing them, so the results depend on its order."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.arange(16.0).reshape(4, 4))
+
+    def forward(self, x):
+        torch.add(self.b[0], self.b[:, 0], out=self.b[3])
+        y = x.clone()
+        torch.add(y[0], y[2], out=y[:, 1])
+        return y * 3 + self.b.sum()
+
+
 class AbsorbingOperands(nn.Module):
     """Integer operands that absorb the other: `i * 0`, `i & 0` and `i | -1` hold the same
     whatever i holds; and clamps that moved every element to their bound."""
@@ -1328,6 +1345,7 @@ def models():
         "twin_buffers": (TwinBuffers, [rand(3, 4)], False),
         "stats_views": (StatsViews, [rand(6, 4)], True),
         "stats_views_kept": (StatsViewsKept, [rand(6, 4)], True),
+        "reads_what_it_writes": (ReadsWhatItWrites, [rand(4, 4)], False),
         "absorbing_operands": (AbsorbingOperands, [rand(3, 4)], False),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
