@@ -55,6 +55,13 @@ run cumulative --model testdata/bn_cumulative_train.pt --mode train --input_shap
 expect cumulative "warning (non_tensor_gap at item_1_2:1)"
 expect cumulative "buffer bn.num_batches_tracked:2 (buffer_1:2): changed (max abs change 4) [1] -> [5]"
 
+# Complex values print as Python prints them, and change by their difference's modulus:
+# with x = 0, z.real *= x zeroes every real part, and z[1].imag = x[0] every imaginary
+# part of row 1, so buffer z's third version is all zeros.
+run complex --model testdata/complex_view_writes.pt --input_shape 3,4 --edit input_1=0
+expect complex "buffer z:3 (buffer_1:3): changed (max abs change"
+expect complex "-> [0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j]"
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1

@@ -922,6 +922,24 @@ class ReadsWhatItWrites(nn.Module):
         return y * 3 + self.b.sum()
 
 
+class ComplexViewWrites(nn.Module):
+    """Buffers written through views of another dtype: a complex buffer through `.real`,
+    a row's `.imag` and a column of `view_as_real`, and a real buffer through
+    `view_as_complex`."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("z", torch.ones(3, 4, dtype=torch.complex64))
+        self.register_buffer("f", torch.arange(16.0).reshape(4, 4) / 4)
+
+    def forward(self, x):
+        self.z.real.mul_(x)
+        self.z[1].imag.copy_(x[0])
+        torch.view_as_real(self.z)[2, :, 1].add_(x[2])
+        torch.view_as_complex(self.f.view(4, 2, 2))[1:3].mul_(torch.complex(x[0, :2], x[1, :2]))
+        return torch.view_as_real(self.z * 2).sum(-1), self.f * x.sum()
+
+
 class AbsorbingOperands(nn.Module):
     """Integer operands that absorb the other: `i * 0`, `i & 0` and `i | -1` hold the same
     whatever i holds; and clamps that moved every element to their bound."""
@@ -1346,6 +1364,7 @@ def models():
         "stats_views": (StatsViews, [rand(6, 4)], True),
         "stats_views_kept": (StatsViewsKept, [rand(6, 4)], True),
         "reads_what_it_writes": (ReadsWhatItWrites, [rand(4, 4)], False),
+        "complex_view_writes": (ComplexViewWrites, [rand(3, 4)], False),
         "absorbing_operands": (AbsorbingOperands, [rand(3, 4)], False),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
@@ -1434,6 +1453,8 @@ def edits():
         "packed_stats_train": [("input", 0, torch.arange(20.0).reshape(5, 4))],
         "mask_index": [("input", 0, torch.tensor([2.0, -7.0, 1.0]))],
         "stats_views": [("input", 0, torch.arange(24.0).reshape(6, 4) / 7)],
+        "complex_view_writes": [("input", 0, torch.arange(12.0).reshape(3, 4) / 6),
+                                ("buffer", "f", torch.full((4, 4), 0.5))],
         "stats_views_kept": [("input", 0, torch.arange(24.0).reshape(6, 4) / 5),
                              ("buffer", "stats", torch.arange(12.0).reshape(3, 4))],
         "twin_buffers": [("buffer_in_place", "a", torch.full((4,), 0.5)),

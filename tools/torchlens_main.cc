@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -70,11 +71,27 @@ absl::StatusOr<std::string> BundledModelPath() {
                    absl::StrJoin(candidates, ", "), "); give a model with --model FILE"));
 }
 
+// A complex value as Python prints one: "1+0.5j".
+std::string ComplexText(double real, double imag) {
+  return absl::StrCat(real, std::signbit(imag) ? "-" : "+", std::abs(imag), "j");
+}
+
 std::string Values(const at::Tensor& t) {
   if (t.numel() > 16) return absl::StrCat("[", t.numel(), " values]");
   std::vector<std::string> values;
-  const at::Tensor flat = t.reshape({-1}).to(at::kDouble);
-  for (int64_t i = 0; i < flat.numel(); ++i) values.push_back(absl::StrCat(flat[i].item<double>()));
+  if (t.is_complex()) {
+    const at::Tensor parts =
+        at::view_as_real(t.resolve_conj().reshape({-1}).to(at::kComplexDouble)).contiguous();
+    const double* data = parts.data_ptr<double>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      values.push_back(ComplexText(data[2 * i], data[2 * i + 1]));
+    }
+  } else {
+    const at::Tensor flat = t.reshape({-1}).to(at::kDouble);
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      values.push_back(absl::StrCat(flat[i].item<double>()));
+    }
+  }
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
 }
 
@@ -91,7 +108,10 @@ std::string Change(const at::Tensor& before, const at::Tensor& after) {
                         c10::toString(before.scalar_type()), " -> ", Shape(after), " ",
                         c10::toString(after.scalar_type()), " ", Values(after));
   }
-  const at::Tensor difference = (after.to(at::kDouble) - before.to(at::kDouble)).abs();
+  // Complex values change by the modulus of their difference.
+  const c10::ScalarType wide = after.is_complex() ? at::kComplexDouble : at::kDouble;
+  const at::Tensor difference =
+      (after.resolve_conj().to(wide) - before.resolve_conj().to(wide)).abs();
   return absl::StrCat("changed (max abs change ", difference.max().item<double>(), ") ",
                       Values(before), " -> ", Values(after));
 }

@@ -37,25 +37,63 @@ using ::torchlens::testing_util::Get;
 
 // The models of both issues, in gen_testdata.py's order.
 const std::vector<std::string>& IssueModels() {
-  static const auto* names = new std::vector<std::string>{
-      "data_copy",           "shared_storage",     "transposed_write", "double_reassign",
-      "plain_attribute",     "return_param",       "set_storage",      "bn_momentum0_train",
-      "bn_cumulative_train", "nan_buffer",         "dead_branch",      "view_write",
-      "view_write_partial",  "view_before_write",  "input_view_write", "view_of_view_write",
-      "masked_nan",          "topk_any",           "log_nan",          "positive_count",
-      "threshold_guard",     "chunk_heads",        "positive_select",  "out_arguments",
-      "resize_as",           "packed_stats_eval",  "update_stats",     "former_after_reassign",
-      "move_buffers",        "swap_buffers",       "out_pair",         "fake_quant",
-      "scatter_cover",       "guards_not_fired",   "shape_only_reads", "index_writes",
-      "equal_choices",       "empty_index_writes", "twin_buffers",     "stats_views",
-      "stats_views_kept",    "absorbing_operands"};
+  static const auto* names = new std::vector<std::string>{"data_copy",
+                                                          "shared_storage",
+                                                          "transposed_write",
+                                                          "double_reassign",
+                                                          "plain_attribute",
+                                                          "return_param",
+                                                          "set_storage",
+                                                          "bn_momentum0_train",
+                                                          "bn_cumulative_train",
+                                                          "nan_buffer",
+                                                          "dead_branch",
+                                                          "view_write",
+                                                          "view_write_partial",
+                                                          "view_before_write",
+                                                          "input_view_write",
+                                                          "view_of_view_write",
+                                                          "masked_nan",
+                                                          "topk_any",
+                                                          "log_nan",
+                                                          "positive_count",
+                                                          "threshold_guard",
+                                                          "chunk_heads",
+                                                          "positive_select",
+                                                          "out_arguments",
+                                                          "resize_as",
+                                                          "packed_stats_eval",
+                                                          "update_stats",
+                                                          "former_after_reassign",
+                                                          "move_buffers",
+                                                          "swap_buffers",
+                                                          "out_pair",
+                                                          "fake_quant",
+                                                          "scatter_cover",
+                                                          "guards_not_fired",
+                                                          "shape_only_reads",
+                                                          "index_writes",
+                                                          "equal_choices",
+                                                          "empty_index_writes",
+                                                          "twin_buffers",
+                                                          "stats_views",
+                                                          "stats_views_kept",
+                                                          "complex_view_writes",
+                                                          "absorbing_operands"};
   return *names;
 }
 
 // Values from eager PyTorch: equal up to float rounding, NaN where eager has NaN.
 bool Close(const at::Tensor& actual, const at::Tensor& expected) {
-  return actual.defined() && actual.sizes() == expected.sizes() &&
-         at::allclose(actual.to(at::kDouble), expected.to(at::kDouble), 1e-5, 1e-6,
+  if (!actual.defined() || actual.sizes() != expected.sizes() ||
+      actual.is_complex() != expected.is_complex()) {
+    return false;
+  }
+  if (actual.is_complex()) {
+    return Close(at::view_as_real(actual.resolve_conj()),
+                 at::view_as_real(expected.resolve_conj()));
+  }
+  return at::allclose(actual.to(at::kDouble), expected.to(at::kDouble), 1e-5, 1e-6,
                       /*equal_nan=*/true);
 }
 
@@ -188,6 +226,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       {"packed_stats_train", {"input_1"}},
       {"stats_views", {"input_1"}},
       {"stats_views_kept", {"input_1", "stats:1"}},
+      {"complex_view_writes", {"input_1", "f:1"}},
   };
   int checked = 0;
   for (const EditCase& edit_case : cases) {
@@ -226,7 +265,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
     // captured data]).
     for (const auto& [value, copy] : saved) EXPECT_TRUE(BitIdentical(value, copy));
   }
-  EXPECT_EQ(checked, 33);
+  EXPECT_EQ(checked, 35);
 }
 
 // NOTE [Buffers on one storage]: the trace names the buffers that are one tensor and those
