@@ -200,22 +200,12 @@ std::pair<int64_t, int64_t> ElementRange(const TensorGeometry& geometry) {
 }
 
 // NOTE [Writes through views of another dtype]
-// `b.real`, `b.imag` and `torch.view_as_real(b)` are real views of a complex tensor, and
-// `torch.view_as_complex(f)` a complex view of a real one: the write and the tensor it
-// changes count their geometries in elements of their own dtypes, a complex element being
-// two real ones. ReplayAliasWrite lays their region out in real elements and makes the
-// complex one's place of it through view_as_complex, its geometry in complex elements.
-// Other pairs of dtypes (`x.view(torch.int32)` of a float) are not redone.
-struct ElementWidths {
-  int64_t written = 0;  // in region elements; 0 when the pair is not redone
-  int64_t aliased = 0;
-};
-ElementWidths WidthsOf(c10::ScalarType written, c10::ScalarType aliased) {
-  if (written == aliased) return {1, 1};
-  if (c10::isComplexType(aliased) && written == c10::toRealValueType(aliased)) return {1, 2};
-  if (c10::isComplexType(written) && aliased == c10::toRealValueType(written)) return {2, 1};
-  return {};
-}
+// `z.real`, `z[1].imag` and `torch.view_as_real(z)` are real views of a complex tensor,
+// `torch.view_as_complex(f)` a complex view of a real one, `x.view(torch.int32)` an
+// integer view of a float one: the write and the tensor it changes count their
+// geometries in elements of their own dtypes. ReplayAliasWrite lays their region out in
+// bytes, from a byte both dtypes' elements start on, and makes each one's place of it
+// through a view in its own dtype, so that every element keeps its bit pattern.
 
 bool Fits(const TensorGeometry& geometry, const at::Tensor& value) {
   return value.defined() && geometry.sizes.size() == geometry.strides.size() &&
@@ -363,40 +353,35 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
         "write, or several arguments on the same bytes)"));
   }
   const at::Tensor written = TensorArgument(args, write.written_tensor);
-  const ElementWidths widths =
-      written.defined() ? WidthsOf(written.scalar_type(), before.scalar_type()) : ElementWidths{};
-  if (!Fits(write.written, written) || !Fits(write.aliased, before) || widths.written == 0) {
+  if (!Fits(write.written, written) || !Fits(write.aliased, before)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "not replayable: the write of ", op.label,
         " through an alias is recorded with geometries that do not fit its saved values "
-        "(another dtype, layout or shape)"));
+        "(another layout or shape)"));
   }
-  // The region's elements are the narrower of the two dtypes', so that both tensors'
-  // places start on one (NOTE [Writes through views of another dtype]).
+  // In bytes: NOTE [Writes through views of another dtype].
+  const int64_t written_size = static_cast<int64_t>(written.element_size());
+  const int64_t aliased_size = static_cast<int64_t>(before.element_size());
+  const int64_t align = std::max(written_size, aliased_size);
   const auto [written_first, written_end] = ElementRange(write.written);
   const auto [aliased_first, aliased_end] = ElementRange(write.aliased);
-  const int64_t first = std::min(written_first * widths.written, aliased_first * widths.aliased);
-  const int64_t end = std::max(written_end * widths.written, aliased_end * widths.aliased);
+  const int64_t first = std::min(written_first * written_size, aliased_first * aliased_size);
+  const int64_t end = std::max(written_end * written_size, aliased_end * aliased_size);
+  const int64_t start = first - first % align;
+  const int64_t length = (end - start + align - 1) / align * align;
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
   at::Tensor region;
   at::Tensor written_place;
   at::Tensor aliased_place;
   try {
-    // A region of real elements, seen as complex by the complex one of the two, which
-    // needs it to start and end on a complex element: laid out from an even offset.
-    const int64_t start = first - first % 2;
-    const int64_t length = end - start + (end - start) % 2;
-    const c10::ScalarType narrow =
-        widths.written == 1 ? written.scalar_type() : before.scalar_type();
-    region = at::zeros({length}, before.options().dtype(narrow));
-    auto place = [&](const TensorGeometry& geometry, int64_t width) {
-      const at::Tensor in_units =
-          width == 1 ? region : at::view_as_complex(region.view({length / 2, 2}));
-      return in_units.as_strided(geometry.sizes, geometry.strides,
-                                 geometry.storage_offset - start / width);
+    region = at::zeros({length}, before.options().dtype(at::kByte));
+    auto place = [&](const TensorGeometry& geometry, const at::Tensor& like) {
+      const int64_t size = static_cast<int64_t>(like.element_size());
+      return region.view(like.scalar_type())
+          .as_strided(geometry.sizes, geometry.strides, geometry.storage_offset - start / size);
     };
-    written_place = place(write.written, widths.written);
-    aliased_place = place(write.aliased, widths.aliased);
+    written_place = place(write.written, written);
+    aliased_place = place(write.aliased, before);
     written_place.copy_(written);
     aliased_place.copy_(before);
   } catch (const std::exception& e) {

@@ -121,6 +121,45 @@ TEST(ViewsTest, RegisteredBufferWrittenThroughATransposeInCpp) {
   EXPECT_TRUE(at::equal(result->trace.buffers().at("b").final_value, x.t() * 2));
 }
 
+// NOTE [Writes through views of another dtype]: a float view of an int32 buffer and a
+// byte view of a half one, written in place, are redone bit for bit, and an edit reaches
+// them (TorchScript in LibTorch 1.13 cannot export `view(dtype)`: it takes the dtype for
+// a size, so this is a C++ module).
+TEST(ViewsTest, BufferWrittenThroughAViewOfAnotherDtypeInCpp) {
+  struct NetImpl : torch::nn::Module {
+    NetImpl() {
+      b = register_buffer("b", torch::zeros({2, 2}, torch::kInt32));
+      h = register_buffer("h", torch::ones({2}, torch::kHalf));
+    }
+    torch::Tensor forward(torch::Tensor x) {
+      b.view(torch::kFloat)[1].copy_(x);
+      b.view(torch::kFloat).mul_(2.0);
+      h.view(torch::kByte)[1].fill_(0);  // h[0]'s high byte (1.0 is 0x3C00): h = [0, 1]
+      return b.view(torch::kFloat) + h.to(torch::kFloat).sum();
+    }
+    torch::Tensor b;
+    torch::Tensor h;
+  };
+  auto net = std::make_shared<NetImpl>();
+  const torch::Tensor x = torch::tensor({3.0f, 5.0f});
+  const Trace trace = CaptureNn(*net, [&] { return net->forward(x); });
+  // b as floats: [[0, 0], [6, 10]].
+  EXPECT_TRUE(at::equal(trace.buffers().at("b").final_value.view(torch::kFloat),
+                        torch::tensor({{0.0f, 0.0f}, {6.0f, 10.0f}})));
+  EXPECT_TRUE(
+      at::equal(trace.buffers().at("h").final_value, torch::tensor({0.0f, 1.0f}).to(torch::kHalf)));
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
+  EXPECT_THAT(report->state_transition_only, IsEmpty());
+  absl::StatusOr<DoResult> result = Do(trace, {Edit{"input_1", x * 2}}, DoOptions{true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(at::equal(result->trace.buffers().at("b").final_value.view(torch::kFloat),
+                        torch::tensor({{0.0f, 0.0f}, {12.0f, 20.0f}})));
+  EXPECT_TRUE(
+      at::equal(Get(result->trace, "output_1").out, torch::tensor({{1.0f, 1.0f}, {13.0f, 21.0f}})));
+}
+
 TEST(ViewsTest, ScriptModuleDefinedInCppUnderItsOwnExecutor) {
   torch::jit::Module m("m");
   m.register_buffer("h", torch::zeros({2}));
