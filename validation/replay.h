@@ -15,14 +15,14 @@
 // An op that writes a tensor changes every tensor sharing those bytes: the base of a view
 // it wrote, the views of a base it wrote, a buffer written through a slice or a permuted
 // view (`AliasWrite` in graph/trace.h). Replay redoes such a write in private memory. A
-// region of the storage's dtype spans both tensors' places (their geometries are
-// recorded in elements of the shared storage); it receives the written argument's value
-// before the write, then the changed tensor's value before it, so that where they share
-// bytes the changed tensor's own value stands. The op then runs on the written argument's
-// place in the region (the other tensors it writes are cloned, as in any replay), and
-// the changed tensor is read back from its place. Validation
-// compares the result with the captured value, and an intervention computes the changed
-// tensor's new value the same way, so the two agree on what a write through a view does.
+// region of bytes spans both tensors' places (their geometries are recorded in elements
+// of their own dtypes: NOTE [Writes through views of another dtype] in replay.cc); it
+// receives the written argument's value before the write, then the changed tensor's value before
+// it, so that where they share bytes the changed tensor's own value stands. The op then runs on the
+// written argument's place in the region (the other tensors it writes are cloned, as in any
+// replay), and the changed tensor is read back from its place. Validation compares the result with
+// the captured value, and an intervention computes the changed tensor's new value the same way, so
+// the two agree on what a write through a view does.
 #ifndef TORCHLENS_VALIDATION_REPLAY_H_
 #define TORCHLENS_VALIDATION_REPLAY_H_
 
