@@ -44,3 +44,18 @@ assert torch.equal(ops["output_1"]["out"], expected)
 assert torch.equal(conj["out"], torch.complex(x, x.flip(0)).conj().resolve_conj())
 print("conjugate view read back")
 PY
+
+# TorchScript's torch.tensor([1, 2, 0]) is `empty` filled without dispatch (NOTE [Streaming
+# memory written without dispatch]): a file written during the capture holds the numbers,
+# not the memory `empty` returned, and validates.
+tools/torchlens --model testdata/index_writes.pt --input_shape 2,3 \
+    --stream_to "$TEST_TMPDIR/consts.pt" >/dev/null
+tools/torchlens --trace "$TEST_TMPDIR/consts.pt" --validate | grep -q "Validation: PASSED"
+/usr/bin/python3 - "$TEST_TMPDIR/consts.pt" <<'PY'
+import sys
+import torch
+trace = torch.load(sys.argv[1])
+(perm,) = [op for op in trace["ops"] if op["type"] == "empty"]
+assert torch.equal(perm["out"], torch.tensor([1, 2, 0])), perm["out"]
+print("constant tensor streamed after its fill")
+PY

@@ -102,6 +102,17 @@ int32_t RecordAppender::AddAliasWrite(int32_t writer, AliasWriteRecord write,
   return output;
 }
 
+void RecordAppender::StreamDeferredValues() {
+  // See NOTE [Streaming memory written without dispatch].
+  std::vector<DeferredValue> deferred = std::move(deferred_);
+  deferred_.clear();
+  for (const DeferredValue& value : deferred) {
+    if (sink_ == nullptr) return;
+    Stream(value.node, value.output,
+           value.slot >= 0 && !stream_unsaved_ ? record_.slots[value.slot] : value.value);
+  }
+}
+
 void RecordAppender::Stream(int32_t node, int output, const at::Tensor& value) {
   // Output nodes hold their producer's value, which the sink already had.
   if (record_.nodes[node].kind == NodeRecord::Kind::kOutput) return;

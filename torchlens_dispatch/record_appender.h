@@ -104,6 +104,20 @@ class RecordAppender {
     record_.streamed_values = unsaved;
   }
 
+  // NOTE [Streaming memory written without dispatch]
+  // `aten::empty` returns memory it never wrote, and its caller may fill it without
+  // dispatching anything: TorchScript's `torch.tensor([1, 1, 3])` is an interpreter op that
+  // calls `empty` and then copies the numbers in. The capture sees `empty` and, when it
+  // keeps values, holds the tensor the numbers land in; a sink handed that value right
+  // after `empty` would get memory never written (a trace file whose index tensors held
+  // garbage and read back FAILED). So the values of the op appended next after
+  // DeferStreaming(true) are held back, and StreamDeferredValues hands them on before the
+  // next op runs (Recorder::Prepare) or at Finish: after any fill done without dispatch,
+  // before any dispatched write.
+  void DeferStreaming(bool defer) { defer_streaming_ = defer && sink_ != nullptr; }
+  bool has_deferred_values() const { return !deferred_.empty(); }
+  void StreamDeferredValues();
+
  private:
   int32_t Size(size_t n) const { return static_cast<int32_t>(n); }
   // Calls the sink with output `output` of node `node`.
@@ -112,6 +126,14 @@ class RecordAppender {
   CaptureRecord record_;
   const std::function<void(const StreamedValue&)>* sink_ = nullptr;
   bool stream_unsaved_ = false;
+  bool defer_streaming_ = false;
+  struct DeferredValue {
+    int32_t node;
+    int output;
+    at::Tensor value;  // streamed without saving; otherwise undefined and `slot` saved it
+    int32_t slot;
+  };
+  std::vector<DeferredValue> deferred_;
 };
 
 inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, int32_t slot) {
@@ -128,7 +150,12 @@ inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, i
   node.outputs_end = Size(record_.outputs.size());
   if (C10_UNLIKELY(sink_ != nullptr)) {
     const int output_index = node.outputs_end - node.outputs_begin - 1;
-    if (stream_unsaved_) {
+    if (defer_streaming_) {
+      // See NOTE [Streaming memory written without dispatch].
+      if (stream_unsaved_ ? tensor.defined() : slot >= 0) {
+        deferred_.push_back({index, output_index, stream_unsaved_ ? tensor : at::Tensor(), slot});
+      }
+    } else if (stream_unsaved_) {
       // Slots are empty (NOTE [Streaming identity]); buffer versions have none.
       if (tensor.defined()) Stream(index, output_index, tensor);
     } else if (slot >= 0) {

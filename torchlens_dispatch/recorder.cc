@@ -20,6 +20,7 @@
 #include "graph/label.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
+#include "torchlens_dispatch/ops/exemptions.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
 #include "torchlens_dispatch/testing.h"
@@ -141,6 +142,7 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
       if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) info.returns_view = true;
     }
     info.nested_watched = WriteWatchCovers(op);
+    info.uninitialized = Uninitialized(schema.name());
   }
   return it->second;
 }
@@ -233,6 +235,8 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                                        NodeRecord* node) {
   NoCapture no_capture(kCaptureKey);
+  // See NOTE [Streaming memory written without dispatch].
+  if (C10_UNLIKELY(record_.has_deferred_values())) record_.StreamDeferredValues();
   PreparedOp prepared;
   const OpInfo* info = &Info(op);
   if (journal_.has_assigned_buffers()) journal_.CheckAssigned();
@@ -319,6 +323,7 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   // Copied out: nested calls may add to op_infos_ and move `*info`.
   prepared.op_index = info->index;
   prepared.num_returns = info->num_returns;
+  prepared.uninitialized = info->uninitialized;
   if (info->returns_view && !saves_) {
     for (const c10::IValue& arg : args) {
       ForEachTensor(arg, [&](const at::Tensor& t) {
@@ -415,6 +420,7 @@ int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit
   NoCapture no_capture(kCaptureKey);
   record_.PrefetchAhead();
   const int32_t index = record_.AddOp(node);
+  if (C10_UNLIKELY(prepared.uninitialized)) record_.DeferStreaming(true);
   if (over_budget_ && record_.record().partial_node < 0) record_.record().partial_node = index;
   const c10::ArrayRef<c10::IValue> returns = torch::jit::last(*stack, prepared.num_returns);
   int32_t output_index = 0;
@@ -423,6 +429,7 @@ int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit
       RecordOpOutput(index, output_index++, tensor, prepared.touches_buffer, prepared.save);
     });
   }
+  if (C10_UNLIKELY(prepared.uninitialized)) record_.DeferStreaming(false);
   if (!prepared.view_bases.empty()) {
     for (const c10::IValue& value : returns) {
       ForEachTensor(value,

@@ -162,6 +162,7 @@ class Recorder : private BufferJournal::Tensors {
     bool random = false;
     bool returns_view = false;    // a return aliases an argument (select, view, transpose)
     bool nested_watched = false;  // WriteWatchCovers(op)
+    bool uninitialized = false;   // returns memory it never wrote (aten::empty)
     std::string type;             // "add", as labels name it (OpTypeName)
     int32_t type_id = -1;         // in numbering_, when labels are computed while capturing
   };
@@ -219,6 +220,7 @@ class Recorder : private BufferJournal::Tensors {
     int32_t owner_module = -1;
     int32_t op_index = 0;
     uint32_t num_returns = 0;
+    bool uninitialized = false;  // OpInfo::uninitialized
     c10::Symbol symbol;
   };
   void OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);

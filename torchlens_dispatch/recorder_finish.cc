@@ -28,6 +28,7 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   if (finished_) return absl::FailedPreconditionError("the capture already finished");
   finished_ = true;
   if (!failure_.ok()) return failure_;
+  record_.StreamDeferredValues();
   if (!options_.halt_after.empty() && halt_label_.empty() && halt_module_ < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CaptureOptions::halt_after is \"", options_.halt_after,
