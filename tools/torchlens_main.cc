@@ -309,7 +309,7 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
                       absl::StrJoin(report->dead, ", "), "\n");
     }
     for (const std::string& line : report->unproved) {
-      absl::StrAppend(&summary, "  unproved edge: ", line, "\n");
+      absl::StrAppend(&summary, "  unproved: ", line, "\n");
     }
     if (!report->not_checked.empty()) {
       absl::StrAppend(&summary, "  not checked (nothing saved to re-run them): ",
