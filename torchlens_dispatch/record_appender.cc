@@ -104,13 +104,12 @@ int32_t RecordAppender::AddAliasWrite(int32_t writer, AliasWriteRecord write,
 
 void RecordAppender::StreamDeferredValues() {
   // See NOTE [Streaming memory written without dispatch].
-  std::vector<DeferredValue> deferred = std::move(deferred_);
-  deferred_.clear();
-  for (const DeferredValue& value : deferred) {
-    if (sink_ == nullptr) return;
-    Stream(value.node, value.output,
-           value.slot >= 0 && !stream_unsaved_ ? record_.slots[value.slot] : value.value);
+  // Stream appends nothing, so the list is walked in place (keeping its capacity).
+  for (const DeferredValue& value : deferred_) {
+    if (sink_ == nullptr) break;
+    Stream(value.node, value.output, stream_unsaved_ ? value.value : record_.slots[value.slot]);
   }
+  deferred_.clear();
 }
 
 void RecordAppender::Stream(int32_t node, int output, const at::Tensor& value) {

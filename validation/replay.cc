@@ -525,9 +525,6 @@ absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::str
   absl::StatusOr<at::Tensor> parent_view = RemadeView(
       lookup(step.source->name), step.source->output_index, address, base, lookup, depth + 1);
   if (!parent_view.ok() || step.same_tensor) return parent_view;
-  if (step.source != &view->arg_sources[0]) {
-    return absl::FailedPreconditionError(absl::StrCat(view->label, " is not a view"));
-  }
   std::vector<c10::IValue> args =
       ReplayArguments(*view, [&](int index, const ArgSource&, const at::Tensor& saved) {
         return index == 0 ? *parent_view : saved;
