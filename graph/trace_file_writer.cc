@@ -1,7 +1,9 @@
 #include "graph/trace_file_writer.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/set.h>
 #include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,6 +12,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <utility>
@@ -113,6 +116,7 @@ void TraceFileWriter::WriteQueued() {
       std::deque<Queued>& from = queue_.empty() ? parameters_ : queue_;
       item = std::move(from.front());
       from.pop_front();
+      if (item.parameter) writing_parameter_ = item.parameter_storage;
     }
     if (item.parameter) {
       const c10::Storage& storage = item.elements.storage();
@@ -121,7 +125,16 @@ void TraceFileWriter::WriteQueued() {
       const bool written = WriteRecord(storage.data(), storage.nbytes(), &key).ok();
       zip_lock.unlock();
       std::lock_guard<std::mutex> lock(mu_);
-      if (written) parameter_keys_.emplace(storage.unsafeGetStorageImpl(), std::move(key));
+      if (written) {
+        // The copy's storage too, when the model wrote the parameter after (its arguments
+        // read the copy: ValueRead).
+        if (storage.unsafeGetStorageImpl() != item.parameter_storage) {
+          parameter_keys_.emplace(storage.unsafeGetStorageImpl(), key);
+        }
+        parameter_keys_.emplace(item.parameter_storage, std::move(key));
+      }
+      writing_parameter_ = nullptr;
+      changed_.notify_all();
       continue;
     }
     WriteValue(item.id, item.elements);
@@ -222,8 +235,44 @@ void TraceFileWriter::AddParameter(const at::Tensor& parameter) {
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  parameters_.push_back(Queued{{-1, 0}, parameter, 0, /*parameter=*/true});
+  parameters_.push_back(Queued{{-1, 0},
+                               parameter,
+                               0,
+                               /*parameter=*/true,
+                               parameter.storage().unsafeGetStorageImpl()});
   changed_.notify_all();
+}
+
+void TraceFileWriter::KeepParameterBeforeWrite(const at::Tensor& parameter) {
+  if (!parameter.defined() || !parameter.has_storage()) return;
+  const c10::Storage& storage = parameter.storage();
+  const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  if (kept_parameters_.contains(impl)) return;
+  at::Tensor copy = at::empty({static_cast<int64_t>(storage.nbytes())}, at::kByte);
+  if (storage.nbytes() > 0) std::memcpy(copy.data_ptr(), storage.data(), storage.nbytes());
+  kept_parameters_.emplace(impl, copy.storage());
+  std::unique_lock<std::mutex> lock(mu_);
+  for (Queued& item : parameters_) {
+    if (item.parameter_storage == impl) {  // not written yet: the copy is what gets written
+      item.elements = std::move(copy);
+      return;
+    }
+  }
+  // Written, or being written, before the model's write: those bytes are the value before.
+  changed_.wait(lock, [&] { return writing_parameter_ != impl; });
+  if (auto it = parameter_keys_.find(impl); it != parameter_keys_.end()) {
+    std::string key = it->second;  // not a reference into the map emplace may grow
+    parameter_keys_.emplace(copy.storage().unsafeGetStorageImpl(), std::move(key));
+  }
+}
+
+at::Tensor TraceFileWriter::ValueRead(const at::Tensor& argument) const {
+  if (kept_parameters_.empty() || !argument.defined() || !argument.has_storage()) return argument;
+  auto it = kept_parameters_.find(argument.storage().unsafeGetStorageImpl());
+  if (it == kept_parameters_.end()) return argument;
+  at::Tensor before = at::empty({0}, at::TensorOptions().dtype(argument.scalar_type()));
+  before.set_(it->second, argument.storage_offset(), argument.sizes(), argument.strides());
+  return before;
 }
 
 absl::Status TraceFileWriter::AddValue(int32_t node, int output, const at::Tensor& value) {
@@ -319,7 +368,7 @@ absl::StatusOr<Trace> TraceFileWriter::WithPlaceholders(const Trace& trace) {
       if (!ContainsTensor(arg)) continue;
       arg = MapTensors(arg, [&](const at::Tensor& t) -> at::Tensor {
         const size_t s = next_source++;
-        if (t.defined() || s >= op.arg_sources.size()) return t;
+        if (t.defined() || s >= op.arg_sources.size()) return ValueRead(t);
         return source_value(op.arg_sources[s]);
       });
     }

@@ -65,6 +65,11 @@ class TraceFileWriter {
   // Finish need not (the ops' arguments name parameters). The parameter must not change
   // before Finish. Tensors a trace file cannot hold are left for Finish.
   void AddParameter(const at::Tensor& parameter);
+  // The model is about to write `parameter` (given to AddParameter) in place, for the
+  // first time: the file keeps its value from before the write, and so do the arguments
+  // of the trace Finish returns that read it (NOTE [Parameters written through views] in
+  // torchlens_dispatch/recorder.h). Waits while the writer thread writes it.
+  void KeepParameterBeforeWrite(const at::Tensor& parameter);
 
   // Completes the file for `trace`, captured with its values streamed here (its other
   // tensors, parameters read by its ops, buffer values and generator states, are written
@@ -93,7 +98,12 @@ class TraceFileWriter {
     at::Tensor elements;
     int64_t bytes;           // of the copy (0 for a parameter, not copied)
     bool parameter = false;  // `elements` is a parameter: its whole storage, keyed by storage
+    // A parameter's storage, the key (`elements` may be a copy of its bytes).
+    const c10::StorageImpl* parameter_storage = nullptr;
   };
+  // An argument, or a copy of a parameter's value before the model wrote it
+  // (KeepParameterBeforeWrite) with the same geometry.
+  at::Tensor ValueRead(const at::Tensor& argument) const;
   // The writer thread's loop.
   void WriteQueued();
   // Writes the record of value `id` (either thread, under zip_mu_) and notes where.
@@ -132,6 +142,11 @@ class TraceFileWriter {
   // Guarded by mu_ while the writer thread runs; Finish's after.
   absl::flat_hash_map<std::pair<int32_t, int>, Record> records_;
   absl::flat_hash_map<const c10::StorageImpl*, std::string> parameter_keys_;
+  // The parameter the writer thread is writing, guarded by mu_.
+  const c10::StorageImpl* writing_parameter_ = nullptr;
+  // Parameters the model wrote: their bytes from before (KeepParameterBeforeWrite), by
+  // their storage; the capturing thread's.
+  absl::flat_hash_map<const c10::StorageImpl*, c10::Storage> kept_parameters_;
 
   // Guarded by zip_mu_ while the writer thread runs (AddValue writes a value larger than
   // the queue itself); Finish's and the destructor's after.

@@ -940,6 +940,25 @@ class ComplexViewWrites(nn.Module):
         return torch.view_as_real(self.z * 2).sum(-1), self.f * x.sum()
 
 
+class ParamViewWrites(nn.Module):
+    """Parameters written through views during the forward (a bias entry set by hand, a
+    weight column scaled, a slice of a scale vector copied from an activation): the
+    first linear reads them before the writes, the second after."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        y = self.lin(x) * self.scale
+        with torch.no_grad():
+            self.lin.bias[0] = 1.5
+            self.lin.weight[:, 1].mul_(x[0])
+            self.scale.narrow(0, 1, 2).copy_(y[0, :2])
+        return self.lin(y) * self.scale, y
+
+
 class AbsorbingOperands(nn.Module):
     """Integer operands that absorb the other: `i * 0`, `i & 0` and `i | -1` hold the same
     whatever i holds; and clamps that moved every element to their bound."""
@@ -1365,6 +1384,7 @@ def models():
         "stats_views_kept": (StatsViewsKept, [rand(6, 4)], True),
         "reads_what_it_writes": (ReadsWhatItWrites, [rand(4, 4)], False),
         "complex_view_writes": (ComplexViewWrites, [rand(3, 4)], False),
+        "param_view_writes": (ParamViewWrites, [rand(3, 4)], False),
         "absorbing_operands": (AbsorbingOperands, [rand(3, 4)], False),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
@@ -1455,6 +1475,7 @@ def edits():
         "stats_views": [("input", 0, torch.arange(24.0).reshape(6, 4) / 7)],
         "complex_view_writes": [("input", 0, torch.arange(12.0).reshape(3, 4) / 6),
                                 ("buffer", "f", torch.full((4, 4), 0.5))],
+        "param_view_writes": [("input", 0, torch.arange(12.0).reshape(3, 4) / 4 - 1)],
         "stats_views_kept": [("input", 0, torch.arange(24.0).reshape(6, 4) / 5),
                              ("buffer", "stats", torch.arange(12.0).reshape(3, 4))],
         "twin_buffers": [("buffer_in_place", "a", torch.full((4,), 0.5)),

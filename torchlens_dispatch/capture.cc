@@ -64,6 +64,12 @@ struct CaptureGuard::State {
   State(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options,
         std::unique_ptr<TraceFileWriter> file)
       : file(std::move(file)), recorder(std::move(layout), training, options) {
+    if (this->file != nullptr) {
+      // See NOTE [Parameters written through views] in recorder.h.
+      recorder.SetBeforeParameterWrite([writer = this->file.get()](const at::Tensor& parameter) {
+        writer->KeepParameterBeforeWrite(parameter);
+      });
+    }
     Recorder::SetCurrent(&recorder);
     include_key.emplace(kCaptureKey);
     unoptimized.emplace(false);

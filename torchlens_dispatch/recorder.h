@@ -81,6 +81,20 @@
 // node of its own, kind "constant", when first read, named by its attribute address when
 // the model layout knows it. A parameter returned as a model output gets one too. Neither
 // has versions: constants are not model state.
+//
+// NOTE [Parameters written through views]
+// A parameter is read as itself (a "param" source) until something writes it. An
+// in-place op that returns it (`w.mul_(0.5)`) makes it that op's output, as for any
+// tensor. A write through a view of it (`bias[0] = 1.0`, `w.narrow(0, 0, 2).zero_()`)
+// returns the view, so before the write the parameter gets a constant source node holding
+// its value before the write, named by its address (as a returned parameter's, NOTE
+// [Constants]); the write is then an alias write of that node (NOTE [Writes through
+// views]), and later reads of the parameter resolve to the write's output. Its reads
+// before the write keep the value they read. A capture without saved values does the
+// same, so the graph is the same either way. A streaming capture keeps no copy: its reads
+// of a parameter name the parameter, which the sink's owner writes as it likes (the trace
+// file writes parameters on its own thread), so the first write to a parameter calls
+// SetBeforeParameterWrite's hook first, and the file keeps the value from before it.
 #ifndef TORCHLENS_DISPATCH_RECORDER_H_
 #define TORCHLENS_DISPATCH_RECORDER_H_
 
@@ -90,6 +104,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -121,6 +136,12 @@ class Recorder : private BufferJournal::Tensors {
   static Recorder* Current();
   // Makes `recorder` (or nullptr) this thread's current recorder.
   static void SetCurrent(Recorder* recorder);
+
+  // A streaming capture calls `hook` with each parameter just before the model first
+  // writes it (NOTE [Parameters written through views]). Set before the forward.
+  void SetBeforeParameterWrite(std::function<void(const at::Tensor&)> hook) {
+    before_parameter_write_ = std::move(hook);
+  }
 
   // Called by the fallback for every dispatched call on this thread.
   void OnOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
@@ -197,6 +218,9 @@ class Recorder : private BufferJournal::Tensors {
     std::vector<AliasedTensor> aliased;        // without saved values only
     // A streaming capture's pin on the storage's address (NOTE [Streaming identity]).
     std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> pinned;
+    // A streaming capture: the parameter living here, not yet written (NOTE [Parameters
+    // written through views]); -1 otherwise.
+    int32_t streamed_param = -1;
   };
   // A saved value the current op's write overlapped (NOTE [Writes through views]).
   struct OverwrittenValue {
@@ -280,6 +304,15 @@ class Recorder : private BufferJournal::Tensors {
   void IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases);
   // The source node of a tensor from outside the capture (NOTE [Constants]).
   int32_t AddConstantNode(const at::Tensor& tensor, std::string address);
+  // Before a write through a view of parameter `param`, whose saved value (if any) is in
+  // `slot`, already copied: the parameter's source node (NOTE [Parameters written through
+  // views]).
+  int32_t AddWrittenParameterNode(int32_t param, int32_t slot);
+  // PrepareWrite's part for a streaming capture's parameter living in `storage`.
+  void PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t written_tensor,
+                                     StorageEntry* storage);
+  // The index of a constant's address in CaptureRecord::constant_addresses; -1 for "".
+  int32_t ConstantAddress(std::string address);
 
   // BufferJournal::Tensors
   SourceRecord SourceOf(const at::Tensor& tensor) override;
@@ -320,7 +353,8 @@ class Recorder : private BufferJournal::Tensors {
   absl::flat_hash_map<const void*, OpInfo> op_infos_;  // keyed by &op.schema()
   absl::flat_hash_map<const c10::TensorImpl*, TensorEntry> tensors_;
   TensorEntry unsaved_param_;  // what AddUnseen returns for a parameter in unsaved mode
-  size_t next_param_ = 0;      // in layout_->param_order: the parameter expected next
+  std::function<void(const at::Tensor&)> before_parameter_write_;  // SetBeforeParameterWrite
+  size_t next_param_ = 0;  // in layout_->param_order: the parameter expected next
   absl::flat_hash_map<const c10::StorageImpl*, StorageEntry> storages_;
   std::vector<OverwrittenValue> overwritten_;  // by the op being recorded
   // Plain tensor attributes of the model (NOTE [Constants]): index into

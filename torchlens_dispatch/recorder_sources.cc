@@ -16,7 +16,7 @@ namespace torchlens {
 Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
   if (const int32_t param = ParamId(impl); param >= 0) {
-    if (!options_.save_activations) {
+    if (!saves_) {
       // Nothing to remember about a parameter without its saved value: the layout finds
       // it again, and the tensor table stays the size of the op outputs.
       unsaved_param_ = TensorEntry();
@@ -25,7 +25,14 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
     }
     TensorEntry entry;
     entry.param = param;
-    entry.slot = Save(layout_->params[param].saved);
+    if (streaming_) {
+      // Read as the parameter itself (no slot); its first write is watched: NOTE
+      // [Parameters written through views].
+      storages_[tensor.storage().unsafeGetStorageImpl()].streamed_param = param;
+    } else {
+      // Noted as the parameter's (not its detached alias's) for its writes through views.
+      entry.slot = Save(layout_->params[param].saved, impl);
+    }
     tensors_.insert_or_assign(impl, std::move(entry));
     return Lookup(impl);
   }
@@ -61,16 +68,29 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   return Lookup(impl);
 }
 
+int32_t Recorder::ConstantAddress(std::string address) {
+  if (address.empty()) return -1;
+  std::vector<std::string>& addresses = record_.record().constant_addresses;
+  auto it = std::find(addresses.begin(), addresses.end(), address);
+  const int32_t index = static_cast<int32_t>(it - addresses.begin());
+  if (it == addresses.end()) addresses.push_back(std::move(address));
+  return index;
+}
+
 int32_t Recorder::AddConstantNode(const at::Tensor& tensor, std::string address) {
-  int32_t address_index = -1;
-  if (!address.empty()) {
-    std::vector<std::string>& addresses = record_.record().constant_addresses;
-    auto it = std::find(addresses.begin(), addresses.end(), address);
-    address_index = static_cast<int32_t>(it - addresses.begin());
-    if (it == addresses.end()) addresses.push_back(std::move(address));
-  }
+  const int32_t address_index = ConstantAddress(std::move(address));
   return record_.AddSourceNode(NodeRecord::Kind::kConstant, tensor, saves_ ? Save(tensor) : -1,
                                address_index);
+}
+
+int32_t Recorder::AddWrittenParameterNode(int32_t param, int32_t slot) {
+  // See NOTE [Parameters written through views]. The value before the write: the copy in
+  // the slot, or (streamed, or not saved) the parameter itself, not yet written.
+  const ModelLayout::ParamEntry& entry = layout_->params[param];
+  const bool copied = slot >= 0 && !streaming_;
+  return record_.AddSourceNode(NodeRecord::Kind::kConstant,
+                               copied ? record_.slot(slot) : entry.saved, slot,
+                               ConstantAddress(entry.address));
 }
 
 // NOTE [Shallow copies]

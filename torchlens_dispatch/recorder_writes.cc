@@ -114,12 +114,32 @@ void Recorder::RecordAliasWrites(int32_t writer) {
   overwritten_.clear();
 }
 
+void Recorder::PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t written_tensor,
+                                             StorageEntry* storage) {
+  // See NOTE [Parameters written through views].
+  const int32_t param = storage->streamed_param;
+  storage->streamed_param = -1;
+  const ModelLayout::ParamEntry& layout = layout_->params[param];
+  if (before_parameter_write_) before_parameter_write_(layout.saved);
+  const c10::TensorImpl* impl = layout.tensor.unsafeGetTensorImpl();
+  if (tensor.unsafeGetTensorImpl() == impl) return;  // the op returns it: its output
+  TensorEntry* entry = Lookup(impl);
+  if (entry == nullptr || entry->param != param) return;
+  entry->node = AddWrittenParameterNode(param, -1);
+  entry->param = -1;
+  overwritten_.push_back(OverwrittenValue{SavedValue{-1, impl}, layout.saved, written_tensor,
+                                          GeometryOf(tensor), entry->node, at::Tensor()});
+}
+
 void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor) {
   if (!tensor.defined() || !tensor.has_storage()) return;
   journal_.NoteWrite(tensor, kind, written_tensor);
   auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
   if (it == storages_.end()) return;
   StorageEntry& storage = it->second;
+  if (C10_UNLIKELY(storage.streamed_param >= 0)) {
+    PrepareStreamedParameterWrite(tensor, written_tensor, &storage);
+  }
   const std::pair<int64_t, int64_t> range = ByteRange(tensor);
   if (!storage.saved.empty()) {
     // NOTE [Copy-on-write of saved values], NOTE [Writes through views]: saved values whose
@@ -134,14 +154,21 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
         continue;
       }
       if (!written.has_value()) written = GeometryOf(tensor);
-      const TensorEntry* entry = Lookup(saved.tensor);
+      TensorEntry* entry = Lookup(saved.tensor);
       // A streamed value needs no copy: the sink has had it (NOTE [Streaming identity]).
       overwritten_.push_back(
           OverwrittenValue{saved, streaming_ ? StreamedAlias(tensor.storage(), saved.slot) : value,
                            written_tensor, *written, entry != nullptr ? entry->node : -1});
-      if (streaming_) continue;
-      value = CopyOfSaved(value);
-      ++record_.record().stats.copy_on_write_clones;
+      if (!streaming_) {
+        value = CopyOfSaved(value);
+        ++record_.record().stats.copy_on_write_clones;
+      }
+      if (entry != nullptr && entry->param >= 0 && entry->node < 0 && entry->slot == saved.slot &&
+          saved.tensor != tensor.unsafeGetTensorImpl()) {
+        // See NOTE [Parameters written through views].
+        entry->node = AddWrittenParameterNode(entry->param, saved.slot);
+        entry->param = -1;
+      }
     }
     storage.saved.resize(kept);
   }
@@ -155,6 +182,16 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
     if (!overlaps) continue;
     const c10::TensorImpl* impl = held.get();
     const TensorEntry* entry = Lookup(impl);
+    if (entry == nullptr && impl != tensor.unsafeGetTensorImpl()) {
+      // Parameters are not in the table without saved values: NOTE [Parameters written
+      // through views].
+      if (const int32_t param = ParamId(impl); param >= 0) {
+        TensorEntry written_param;
+        written_param.node = AddWrittenParameterNode(param, -1);
+        Remember(at::Tensor(held), std::move(written_param));
+        entry = Lookup(impl);
+      }
+    }
     overwritten_.push_back(OverwrittenValue{SavedValue{-1, impl}, at::Tensor(), written_tensor,
                                             TensorGeometry{}, entry != nullptr ? entry->node : -1,
                                             at::Tensor(std::move(held))});

@@ -86,9 +86,10 @@ TEST(StreamingTest, AValueWrittenLaterIsStreamedAsItWas) {
 // NOTE [Streaming without saving]: the same values reach the sink, and the trace keeps
 // none of them (only the replay data).
 TEST(StreamingTest, WithoutSavingEveryValueStillArrives) {
-  for (const char* name : {"mlp", "bn2d_train", "counter_cell", "view_write", "inplace_after_read",
-                           "view_of_view_write", "slice_assign", "pad_through_view",
-                           "transposed_write", "dropout_train", "recurrent_loop", "index_writes"}) {
+  for (const char* name :
+       {"mlp", "bn2d_train", "counter_cell", "view_write", "inplace_after_read",
+        "view_of_view_write", "slice_assign", "pad_through_view", "transposed_write",
+        "dropout_train", "recurrent_loop", "index_writes", "param_view_writes"}) {
     SCOPED_TRACE(name);
     testdata::Expected expected(name);
     torch::jit::Module saved_model = testdata::LoadModel(name);

@@ -84,9 +84,9 @@ void ExpectSameValues(const Trace& memory, const Trace& disk) {
 }
 
 TEST(TraceFileCaptureTest, TheFileHoldsWhatACaptureInMemoryHolds) {
-  for (const char* name :
-       {"mlp", "bn2d_train", "counter_cell", "view_write", "slice_assign", "pad_through_view",
-        "transposed_write", "dropout_train", "recurrent_loop", "multi_output", "return_param"}) {
+  for (const char* name : {"mlp", "bn2d_train", "counter_cell", "view_write", "slice_assign",
+                           "pad_through_view", "transposed_write", "dropout_train",
+                           "recurrent_loop", "multi_output", "return_param", "param_view_writes"}) {
     SCOPED_TRACE(name);
     testdata::Expected expected(name);
     torch::jit::Module memory_model = testdata::LoadModel(name);

@@ -79,6 +79,7 @@ const std::vector<std::string>& IssueModels() {
                                                           "stats_views",
                                                           "stats_views_kept",
                                                           "complex_view_writes",
+                                                          "param_view_writes",
                                                           "absorbing_operands"};
   return *names;
 }
@@ -227,6 +228,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       {"stats_views", {"input_1"}},
       {"stats_views_kept", {"input_1", "stats:1"}},
       {"complex_view_writes", {"input_1", "f:1"}},
+      {"param_view_writes", {"input_1"}},
   };
   int checked = 0;
   for (const EditCase& edit_case : cases) {
@@ -265,7 +267,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
     // captured data]).
     for (const auto& [value, copy] : saved) EXPECT_TRUE(BitIdentical(value, copy));
   }
-  EXPECT_EQ(checked, 35);
+  EXPECT_EQ(checked, 36);
 }
 
 // NOTE [Buffers on one storage]: the trace names the buffers that are one tensor and those
@@ -592,6 +594,42 @@ TEST(VerdictsTest, OpsThatReadWhatTheyWriteAreUnprovedNotFailed) {
     op.outs.mutable_at(0) = op.out;
   });
   EXPECT_THAT(Validate(wrong).failures, Contains(HasSubstr(last)));
+}
+
+// NOTE [Parameters written through views]: the reads after the writes read the writes'
+// results, the ones before keep the values they read; the same graph without saved values.
+TEST(VerdictsTest, ParametersWrittenThroughViewsAreReadAfterTheWrite) {
+  const testdata::Expected expected("param_view_writes");
+  const Trace trace = Capture("param_view_writes");
+  std::vector<const Op*> linears;
+  for (const Op& op : trace.ops()) {
+    if (op.type == "linear") linears.push_back(&op);
+  }
+  ASSERT_EQ(linears.size(), 2u);
+  EXPECT_THAT(linears[0]->parent_params, ElementsAre("lin.weight", "lin.bias"));
+  // The second reads the weight and the bias as the writes left them: alias writes.
+  EXPECT_THAT(linears[1]->parent_params, IsEmpty());
+  const at::Tensor x = expected.input(0);
+  const at::Tensor bias_before = linears[0]->creation_args[2].toTensor();
+  const at::Tensor bias_after = linears[1]->creation_args[2].toTensor();
+  EXPECT_FLOAT_EQ(bias_after[0].item<float>(), 1.5f);
+  EXPECT_TRUE(at::equal(bias_after.slice(0, 1), bias_before.slice(0, 1)));
+  EXPECT_FALSE(at::equal(bias_after, bias_before));
+  const at::Tensor weight_before = linears[0]->creation_args[1].toTensor();
+  const at::Tensor weight_after = linears[1]->creation_args[1].toTensor();
+  EXPECT_TRUE(at::allclose(weight_after.select(1, 1), weight_before.select(1, 1) * x[0]));
+  EXPECT_TRUE(Close(Get(trace, "output_1").out, expected.output(0)));
+  EXPECT_TRUE(Validate(trace).passed);
+
+  // Without saved values: the same nodes, and the second linear reads the same writes.
+  CaptureOptions unsaved;
+  unsaved.save_activations = false;
+  const Trace graph = Capture("param_view_writes", unsaved);
+  ASSERT_EQ(graph.ops().size(), trace.ops().size());
+  for (size_t i = 0; i < trace.ops().size(); ++i) {
+    EXPECT_EQ(graph.ops()[i].label, trace.ops()[i].label);
+  }
+  EXPECT_EQ(Get(graph, linears[1]->label).parents, linears[1]->parents);
 }
 
 TEST(VerdictsTest, EditOfOneOutputOfSeveral) {
