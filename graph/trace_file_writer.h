@@ -63,7 +63,8 @@ class TraceFileWriter {
 
   // Writes `parameter`'s storage, from the writer thread and without a copy, so that
   // Finish need not (the ops' arguments name parameters). The parameter must not change
-  // before Finish. Tensors a trace file cannot hold are left for Finish.
+  // before Finish unless KeepParameterBeforeWrite is called first. Tensors a trace file
+  // cannot hold are left for Finish.
   void AddParameter(const at::Tensor& parameter);
   // The model is about to write `parameter` (given to AddParameter) in place, for the
   // first time: the file keeps its value from before the write, and so do the arguments
