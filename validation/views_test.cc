@@ -160,6 +160,37 @@ TEST(ViewsTest, BufferWrittenThroughAViewOfAnotherDtypeInCpp) {
       at::equal(Get(result->trace, "output_1").out, torch::tensor({{1.0f, 1.0f}, {13.0f, 21.0f}})));
 }
 
+// NOTE [Parameters written through views]: a C++ module whose parameter (requiring grad)
+// is written through a view between two reads; the second read sees the write, the first
+// keeps what it read, and an edit is carried through both.
+TEST(ViewsTest, ParameterWrittenThroughAViewInCpp) {
+  struct NetImpl : torch::nn::Module {
+    NetImpl() { w = register_parameter("w", torch::tensor({1.0f, 2.0f, 3.0f})); }
+    torch::Tensor forward(torch::Tensor x) {
+      torch::Tensor before = x * w;
+      {
+        torch::NoGradGuard no_grad;
+        w.narrow(0, 1, 2).mul_(x.narrow(0, 0, 2));
+      }
+      return before + x * w;
+    }
+    torch::Tensor w;
+  };
+  auto net = std::make_shared<NetImpl>();
+  const torch::Tensor x = torch::tensor({2.0f, 10.0f, 1.0f});
+  const Trace trace = CaptureNn(*net, [&] { return net->forward(x); });
+  // w becomes [1, 4, 30]: [2, 20, 3] + [2, 40, 30].
+  EXPECT_TRUE(at::equal(Get(trace, "output_1").out, torch::tensor({4.0f, 60.0f, 33.0f})));
+  EXPECT_TRUE(at::equal(net->w.detach(), torch::tensor({1.0f, 4.0f, 30.0f})));
+  EXPECT_THAT(Get(trace, "mul_1_1:1").parents, ElementsAre("input_1"));
+  EXPECT_THAT(Get(trace, "mul_1_1:1").parent_params, ElementsAre("w"));
+  ExpectValid(trace);
+  // x = [1, 1, 1]: w becomes [1, 2, 3], and the output is [1, 2, 3] + [1, 2, 3].
+  absl::StatusOr<DoResult> result = Do(trace, {Edit{"input_1", torch::ones({3})}}, DoOptions{true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(at::equal(Get(result->trace, "output_1").out, torch::tensor({2.0f, 4.0f, 6.0f})));
+}
+
 TEST(ViewsTest, ScriptModuleDefinedInCppUnderItsOwnExecutor) {
   torch::jit::Module m("m");
   m.register_buffer("h", torch::zeros({2}));
