@@ -146,7 +146,9 @@ void TraceFileWriter::WriteQueued() {
 }
 
 void TraceFileWriter::WriteValue(std::pair<int32_t, int> id, const at::Tensor& elements) {
-  Record record{std::string(), elements.scalar_type(), elements.sizes().vec(), -1, at::Tensor()};
+  Record record{
+      std::string(), elements.scalar_type(), elements.sizes().vec(), elements.strides().vec(), -1,
+      at::Tensor()};
   const size_t size = elements.nbytes();
   std::unique_lock<std::mutex> zip_lock(zip_mu_);
   const bool written = WriteRecord(elements.data_ptr(), size, &record.key).ok();
@@ -299,7 +301,8 @@ absl::Status TraceFileWriter::AddValue(int32_t node, int output, const at::Tenso
     at::Tensor elements;
     {
       at::NoGradGuard no_grad;
-      elements = value.detach().resolve_conj().resolve_neg().contiguous();
+      elements = value.detach().resolve_conj().resolve_neg();
+      if (!elements.is_non_overlapping_and_dense()) elements = elements.contiguous();
     }
     WriteValue({node, output}, elements);
     return Error();
@@ -317,7 +320,8 @@ absl::Status TraceFileWriter::AddValue(int32_t node, int output, const at::Tenso
   Queued item{{node, output}, at::Tensor(), bytes};
   try {
     at::NoGradGuard no_grad;
-    item.elements = value.detach().resolve_conj().resolve_neg().clone(at::MemoryFormat::Contiguous);
+    // Dense values keep their strides, others become contiguous (Record::strides).
+    item.elements = value.detach().resolve_conj().resolve_neg().clone(at::MemoryFormat::Preserve);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     queued_bytes_ -= bytes;
@@ -335,7 +339,7 @@ at::Tensor TraceFileWriter::Placeholder(int32_t node, int output) {
   Record& record = it->second;
   if (!record.placeholder.defined()) {  // NOTE [Record placeholders]
     record.placeholder = at::from_blob(
-        mapping_->data() + record.offset, record.sizes, [keep = mapping_](void*) {},
+        mapping_->data() + record.offset, record.sizes, record.strides, [keep = mapping_](void*) {},
         at::TensorOptions(record.dtype));
   }
   return record.placeholder;

@@ -959,6 +959,15 @@ class ParamViewWrites(nn.Module):
         return self.lin(y) * self.scale, y
 
 
+class TransposedMatmul(nn.Module):
+    """A product with a transposed view: BLAS reads it transposed, and a dense copy of it
+    rounds differently (a trace file must keep its strides)."""
+
+    def forward(self, x):
+        y = x * 1.3
+        return torch.addmm(y, y, y.t())
+
+
 class AbsorbingOperands(nn.Module):
     """Integer operands that absorb the other: `i * 0`, `i & 0` and `i | -1` hold the same
     whatever i holds; and clamps that moved every element to their bound."""
@@ -1385,6 +1394,7 @@ def models():
         "reads_what_it_writes": (ReadsWhatItWrites, [rand(4, 4)], False),
         "complex_view_writes": (ComplexViewWrites, [rand(3, 4)], False),
         "param_view_writes": (ParamViewWrites, [rand(3, 4)], False),
+        "transposed_matmul": (TransposedMatmul, [rand(4, 4)], False),
         "absorbing_operands": (AbsorbingOperands, [rand(3, 4)], False),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
