@@ -107,6 +107,7 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
     auto it = layout_->module_ids.find(address);
     if (it != layout_->module_ids.end()) save_module_ids_.push_back(it->second);
   }
+  may_halt_ = !options_.halt_after.empty() || options_.stop_at_non_finite;
   labels_needed_ = !halt_label_.empty() ||
                    (selective_ && (!options_.save_labels.empty() || options_.save_if != nullptr));
   // Parameters are recognised on first use (AddUnseen), not registered one by one here:
@@ -408,6 +409,7 @@ void Recorder::Halt(int32_t node, std::string reason) {
   // what the forward computed; the restore below would otherwise write them too.
   CopySavedValuesOfBuffers();
   journal_.RestoreInitialState();
+  RestoreWrittenParameters();
   CaptureRecord& record = record_.record();
   record.partial_node = node;
   record.partial_reason = std::move(reason);

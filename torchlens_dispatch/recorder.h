@@ -82,6 +82,12 @@
 // the model layout knows it. A parameter returned as a model output gets one too. Neither
 // has versions: constants are not model state.
 //
+// NOTE [Parameters restored after a halt]
+// A halted forward leaves the model as it was (CaptureOptions::halt_after): its buffers
+// through the journal, and the parameters the forward wrote in place (a weight clamped or
+// normalised in the forward) through a copy of each, taken before its first write. Only
+// captures that may halt keep them, and only for written parameters.
+//
 // NOTE [Parameters written through views]
 // A parameter is read as itself (a "param" source) until something writes it. An
 // in-place op that returns it (`w.mul_(0.5)`) makes it that op's output, as for any
@@ -323,6 +329,12 @@ class Recorder : private BufferJournal::Tensors {
   // The tensor's value is buffer version node `version`'s (its only output).
   void ProducedBy(TensorEntry* entry, int32_t version);
 
+  // Before a write of `tensor` when the forward may be halted: keeps the value of the
+  // parameter it writes, the first time (NOTE [Parameters restored after a halt]).
+  void KeepParameterBeforeHalt(const at::Tensor& tensor);
+  // Halt's part: the parameters back to their values before the forward.
+  void RestoreWrittenParameters();
+
   // The steps of Finish.
   void CopySavedValuesOfBuffers();
   void AddOutputNodes(const c10::IValue& outputs);
@@ -399,6 +411,12 @@ class Recorder : private BufferJournal::Tensors {
   std::vector<int32_t> save_module_ids_;  // CaptureOptions::save_modules, as module ids
   bool halt_module_entered_ = false;
   bool halted_ = false;
+  // NOTE [Parameters restored after a halt]: when the forward may be halted, the
+  // parameters' storages (filled on the first write) and each written parameter's value
+  // from before its first write.
+  bool may_halt_ = false;
+  absl::flat_hash_map<const c10::StorageImpl*, int32_t> param_storages_;
+  std::vector<std::pair<int32_t, at::Tensor>> params_before_writes_;
   LayerNumbering numbering_;
   int64_t saved_bytes_ = 0;  // of activations Save kept (CaptureOptions::max_saved_bytes)
   bool over_budget_ = false;

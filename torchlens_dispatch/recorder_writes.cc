@@ -1,5 +1,6 @@
 // Recorder: copy-on-write of saved values before in-place writes, and the alias writes of
 // the tensors those writes changed (NOTE [Writes through views] in recorder.h).
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/set.h>
 
@@ -131,8 +132,43 @@ void Recorder::PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t w
                                           GeometryOf(tensor), entry->node, at::Tensor()});
 }
 
+void Recorder::KeepParameterBeforeHalt(const at::Tensor& tensor) {
+  // See NOTE [Parameters restored after a halt].
+  if (param_storages_.empty()) {
+    for (size_t p = 0; p < layout_->params.size(); ++p) {
+      const at::Tensor& param = layout_->params[p].tensor;
+      if (param.defined() && param.has_storage()) {
+        param_storages_.emplace(param.storage().unsafeGetStorageImpl(), static_cast<int32_t>(p));
+      }
+    }
+  }
+  auto it = param_storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == param_storages_.end() || it->second < 0) return;
+  const int32_t param = it->second;
+  it->second = -1;  // kept once
+  params_before_writes_.emplace_back(param, layout_->params[param].saved.clone());
+}
+
+void Recorder::RestoreWrittenParameters() {
+  if (params_before_writes_.empty()) return;
+  for (auto& [storage, entry] : storages_) {
+    // Saved values in a restored parameter's storage keep what the forward computed.
+    auto it = param_storages_.find(storage);
+    if (it == param_storages_.end() || it->second >= 0 || streaming_) continue;
+    for (const SavedValue& saved : entry.saved) {
+      record_.slot(saved.slot) = CopyOfSaved(record_.slot(saved.slot));
+    }
+    entry.saved.clear();
+  }
+  at::NoGradGuard no_grad;
+  for (const auto& [param, before] : params_before_writes_) {
+    layout_->params[param].saved.copy_(before);
+  }
+}
+
 void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor) {
   if (!tensor.defined() || !tensor.has_storage()) return;
+  if (C10_UNLIKELY(may_halt_)) KeepParameterBeforeHalt(tensor);
   journal_.NoteWrite(tensor, kind, written_tensor);
   auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
   if (it == storages_.end()) return;

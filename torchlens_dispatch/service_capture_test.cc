@@ -234,6 +234,45 @@ TEST(EarlyStop, HaltAfterAModuleStopsWhenItHasFinished) {
   EXPECT_TRUE(at::equal(model.attr("calls").toTensor(), expected.buffer("calls")));
 }
 
+// NOTE [Parameters restored after a halt]: param_view_writes writes its parameters
+// through views before its second linear; a halt after that linear puts them back, with
+// or without saved values.
+TEST(EarlyStop, AHaltRestoresParametersTheForwardWrote) {
+  testdata::Expected expected("param_view_writes");
+  const Trace full = Capture("param_view_writes");
+  std::string second_linear;
+  for (const Op& op : full.ops()) {
+    if (op.type == "linear") second_linear = op.label;
+  }
+  for (const bool save : {true, false}) {
+    SCOPED_TRACE(save ? "saved" : "unsaved");
+    torch::jit::Module model = testdata::LoadModel("param_view_writes");
+    const torch::jit::Module untouched = testdata::LoadModel("param_view_writes");
+    CaptureOptions options;
+    options.save_activations = save;
+    options.halt_after = second_linear;
+    absl::StatusOr<Trace> halted = TraceModule(model, expected.inputs(), options);
+    ASSERT_TRUE(halted.ok()) << halted.status();
+    EXPECT_TRUE(halted->partial());
+    const auto params = model.named_parameters();
+    const auto initial = untouched.named_parameters();
+    auto it = initial.begin();
+    for (const auto& param : params) {
+      EXPECT_TRUE(at::equal(param.value, (*it).value)) << param.name;
+      ++it;
+    }
+    // The next forward computes what eager PyTorch's first did.
+    const c10::IValue out = model.forward(expected.inputs());
+    EXPECT_TRUE(
+        at::allclose(out.toTuple()->elements()[0].toTensor(), expected.output(0), 1e-5, 1e-6));
+    if (save) {
+      absl::StatusOr<ValidationReport> report = ValidateForwardPass(*halted);
+      ASSERT_TRUE(report.ok()) << report.status();
+      EXPECT_TRUE(report->passed) << ::testing::PrintToString(report->failures);
+    }
+  }
+}
+
 TEST(EarlyStop, StopAtNonFiniteHaltsAtTheFirstOpThatMadeNaNOrInf) {
   testdata::Expected expected("divide_by_zero");
   const Trace full = Capture("divide_by_zero");
