@@ -959,6 +959,21 @@ class ParamViewWrites(nn.Module):
         return self.lin(y) * self.scale, y
 
 
+class ParamIsBuffer(nn.Module):
+    """A buffer registered as a parameter's detached alias (one memory): the forward reads
+    the parameter, writes a column through the buffer, and reads the parameter again."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("b", self.lin.weight.detach())
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.b[:, 2].add_(x[0])
+        return self.lin(y) + self.b.sum()
+
+
 class TransposedMatmul(nn.Module):
     """A product with a transposed view: BLAS reads it transposed, and a dense copy of it
     rounds differently (a trace file must keep its strides)."""
@@ -1395,6 +1410,7 @@ def models():
         "complex_view_writes": (ComplexViewWrites, [rand(3, 4)], False),
         "param_view_writes": (ParamViewWrites, [rand(3, 4)], False),
         "transposed_matmul": (TransposedMatmul, [rand(4, 4)], False),
+        "param_is_buffer": (ParamIsBuffer, [rand(3, 4)], False),
         "absorbing_operands": (AbsorbingOperands, [rand(3, 4)], False),
         "unalignable_ctc": (UnalignableCtc, [rand(3, 1, 4)], False),
         "nan_absorbs": (NanAbsorbs, [torch.rand(2, 3, generator=torch.Generator().manual_seed(4))], False),
@@ -1486,6 +1502,8 @@ def edits():
         "complex_view_writes": [("input", 0, torch.arange(12.0).reshape(3, 4) / 6),
                                 ("buffer", "f", torch.full((4, 4), 0.5))],
         "param_view_writes": [("input", 0, torch.arange(12.0).reshape(3, 4) / 4 - 1)],
+        "param_is_buffer": [("input", 0, torch.arange(12.0).reshape(3, 4) / 5),
+                            ("buffer_in_place", "b", torch.arange(16.0).reshape(4, 4) / 8)],
         "stats_views_kept": [("input", 0, torch.arange(24.0).reshape(6, 4) / 5),
                              ("buffer", "stats", torch.arange(12.0).reshape(3, 4))],
         "twin_buffers": [("buffer_in_place", "a", torch.full((4,), 0.5)),

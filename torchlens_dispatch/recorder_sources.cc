@@ -16,6 +16,18 @@ namespace torchlens {
 Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
   if (const int32_t param = ParamId(impl); param >= 0) {
+    if (C10_UNLIKELY(AliasesBuffer(tensor))) {
+      // A parameter that is also a registered buffer (`register_buffer("b",
+      // weight.detach())`): one memory, read and written as the buffer, so that its
+      // writes are versions the parameter's reads follow (NOTE [Buffer writes]).
+      if (const int32_t buffer = journal_.InPlaceOf(tensor); buffer >= 0) {
+        TensorEntry view;
+        view.buffer_view = buffer;
+        view.aliases_buffer = true;
+        Remember(tensor, std::move(view));
+        return Lookup(impl);
+      }
+    }
     if (!saves_) {
       // Nothing to remember about a parameter without its saved value: the layout finds
       // it again, and the tensor table stays the size of the op outputs.

@@ -80,6 +80,7 @@ const std::vector<std::string>& IssueModels() {
                                                           "stats_views_kept",
                                                           "complex_view_writes",
                                                           "param_view_writes",
+                                                          "param_is_buffer",
                                                           "absorbing_operands"};
   return *names;
 }
@@ -229,6 +230,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
       {"stats_views_kept", {"input_1", "stats:1"}},
       {"complex_view_writes", {"input_1", "f:1"}},
       {"param_view_writes", {"input_1"}},
+      {"param_is_buffer", {"input_1", "b:1"}},
   };
   int checked = 0;
   for (const EditCase& edit_case : cases) {
@@ -267,7 +269,7 @@ TEST(VerdictsTest, InterventionsGiveEagerResultsOfTheEditedModel) {
     // captured data]).
     for (const auto& [value, copy] : saved) EXPECT_TRUE(BitIdentical(value, copy));
   }
-  EXPECT_EQ(checked, 36);
+  EXPECT_EQ(checked, 38);
 }
 
 // NOTE [Buffers on one storage]: the trace names the buffers that are one tensor and those
