@@ -317,6 +317,9 @@ class Recorder : private BufferJournal::Tensors {
   // PrepareWrite's part for a streaming capture's parameter living in `storage`.
   void PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t written_tensor,
                                      StorageEntry* storage);
+  // `tensor`, first seen, has exactly `buffer`'s place in its storage: it reads and writes
+  // the buffer (NOTE [Buffer writes]).
+  TensorEntry* RememberInPlaceOf(const at::Tensor& tensor, int32_t buffer);
   // The index of a constant's address in CaptureRecord::constant_addresses; -1 for "".
   int32_t ConstantAddress(std::string address);
 

@@ -21,11 +21,7 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
       // weight.detach())`): one memory, read and written as the buffer, so that its
       // writes are versions the parameter's reads follow (NOTE [Buffer writes]).
       if (const int32_t buffer = journal_.InPlaceOf(tensor); buffer >= 0) {
-        TensorEntry view;
-        view.buffer_view = buffer;
-        view.aliases_buffer = true;
-        Remember(tensor, std::move(view));
-        return Lookup(impl);
+        return RememberInPlaceOf(tensor, buffer);
       }
     }
     if (!saves_) {
@@ -54,12 +50,7 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
     if (TensorEntry* entry = Lookup(impl)) return entry;
   }
   if (const int32_t buffer = journal_.InPlaceOf(tensor); buffer >= 0) {
-    // `b.data`: NOTE [Buffer writes].
-    TensorEntry view;
-    view.buffer_view = buffer;
-    view.aliases_buffer = true;
-    Remember(tensor, std::move(view));
-    return Lookup(impl);
+    return RememberInPlaceOf(tensor, buffer);  // `b.data`: NOTE [Buffer writes]
   }
   if (TensorEntry* alias = AddShallowCopy(tensor)) return alias;
   // A tensor from outside the capture: an input, or a constant once inputs are marked.
@@ -78,6 +69,14 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   outside.slot = record_.OutputSlot(outside.node);
   Remember(tensor, std::move(outside));
   return Lookup(impl);
+}
+
+Recorder::TensorEntry* Recorder::RememberInPlaceOf(const at::Tensor& tensor, int32_t buffer) {
+  TensorEntry view;
+  view.buffer_view = buffer;
+  view.aliases_buffer = true;
+  Remember(tensor, std::move(view));
+  return Lookup(tensor.unsafeGetTensorImpl());
 }
 
 int32_t Recorder::ConstantAddress(std::string address) {
