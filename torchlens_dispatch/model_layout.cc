@@ -4,6 +4,7 @@
 #include <atomic>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "torchlens_dispatch/layout_builder.h"
@@ -106,9 +107,21 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     layout->param_order.emplace_back(impl, layout->param_ids.at(impl));
     layout->param_modules.push_back(param.module);
   }
+  absl::flat_hash_set<const c10::StorageImpl*> buffer_storages;
   for (ModelLayout::BufferEntry& buffer : layout->buffers) {
     buffer.module = module_of(OwnerAddress(buffer.address));
     add_to_owners(buffer.address, buffer.module, &Module::buffers);
+    const c10::IValue value =
+        buffer.owner != nullptr ? buffer.owner->getSlot(buffer.slot) : c10::IValue(buffer.tensor);
+    if (value.isTensor() && value.toTensor().defined() && value.toTensor().has_storage()) {
+      buffer_storages.insert(value.toTensor().storage().unsafeGetStorageImpl());
+    }
+  }
+  for (const ModelLayout::ParamEntry& param : layout->params) {
+    if (param.tensor.has_storage() &&
+        buffer_storages.contains(param.tensor.storage().unsafeGetStorageImpl())) {
+      layout->params_share_buffer_storage = true;
+    }
   }
   layout->module_types.assign(addresses->size(), "");
   layout->module_children.assign(addresses->size(), {});

@@ -54,6 +54,10 @@ struct ModelLayout {
     at::Tensor saved;  // what traces keep: detached when the parameter requires grad
   };
   std::vector<ParamEntry> params;
+  // Some parameter shares its storage with a registered buffer when the model was laid
+  // out (`register_buffer("b", weight.detach())`): only then do parameters need a look
+  // at the buffers when first read (Recorder::AddUnseen).
+  bool params_share_buffer_storage = false;
   std::shared_ptr<const std::vector<std::string>> param_addresses;
   absl::flat_hash_map<const c10::TensorImpl*, int32_t> param_ids;
   // The parameters in registration order, each with its id in `param_ids` (the first of
