@@ -400,14 +400,15 @@ bool Recorder::ReturnsNonFinite(c10::ArrayRef<c10::IValue> returns) {
 }
 
 void Recorder::Halt(int32_t node, std::string reason) {
-  // The forward stops here: the model's buffers go back to their values before it, and
-  // the capture records nothing more.
+  // The forward stops here: the model's buffers and written parameters go back to their
+  // values before it, and the capture records nothing more.
   NoCapture no_capture(kCaptureKey);
   halted_ = true;
   inert_ = true;
-  // Saved values that alias a buffer (an in-place op's output is the buffer itself) keep
-  // what the forward computed; the restore below would otherwise write them too.
-  CopySavedValuesOfBuffers();
+  // Saved values that alias a buffer or a written parameter (an in-place op's output is
+  // the tensor itself) keep what the forward computed; the restores below would otherwise
+  // write them too.
+  CopySavedValuesOfModelState();
   journal_.RestoreInitialState();
   RestoreWrittenParameters();
   CaptureRecord& record = record_.record();

@@ -96,11 +96,12 @@
 // its value before the write, named by its address (as a returned parameter's, NOTE
 // [Constants]); the write is then an alias write of that node (NOTE [Writes through
 // views]), and later reads of the parameter resolve to the write's output. Its reads
-// before the write keep the value they read. A capture without saved values does the
-// same, so the graph is the same either way. A streaming capture keeps no copy: its reads
-// of a parameter name the parameter, which the sink's owner writes as it likes (the trace
-// file writes parameters on its own thread), so the first write to a parameter calls
-// SetBeforeParameterWrite's hook first, and the file keeps the value from before it.
+// before the write keep the value they read, and the values saved in its storage are
+// copied at the end, as a buffer's are: the model's next forward may write it again. A capture
+// without saved values does the same, so the graph is the same either way. A streaming capture
+// keeps no copy: its reads of a parameter name the parameter, which the sink's owner writes as it
+// likes (the trace file writes parameters on its own thread), so the first write to a parameter
+// calls SetBeforeParameterWrite's hook first, and the file keeps the value from before it.
 #ifndef TORCHLENS_DISPATCH_RECORDER_H_
 #define TORCHLENS_DISPATCH_RECORDER_H_
 
@@ -227,6 +228,9 @@ class Recorder : private BufferJournal::Tensors {
     // A streaming capture: the parameter living here, not yet written (NOTE [Parameters
     // written through views]); -1 otherwise.
     int32_t streamed_param = -1;
+    // A parameter living here was written by the forward: values saved here are copied at
+    // the end (CopySavedValuesOfModelState), as the model may write it again.
+    bool written_param = false;
   };
   // A saved value the current op's write overlapped (NOTE [Writes through views]).
   struct OverwrittenValue {
@@ -339,7 +343,7 @@ class Recorder : private BufferJournal::Tensors {
   void RestoreWrittenParameters();
 
   // The steps of Finish.
-  void CopySavedValuesOfBuffers();
+  void CopySavedValuesOfModelState();
   void AddOutputNodes(const c10::IValue& outputs);
   void StoreSizes();
 

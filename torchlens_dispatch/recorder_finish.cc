@@ -44,7 +44,7 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
         " saved); later ops have metadata only");
   }
   if (!halted_) journal_.CheckAll();
-  CopySavedValuesOfBuffers();
+  CopySavedValuesOfModelState();
   AddOutputNodes(outputs);
   if (absl::Status unjournaled = journal_.Finish(options_.allow_unjournaled_writes);
       !unjournaled.ok()) {
@@ -58,12 +58,12 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   return record_.Release();
 }
 
-void Recorder::CopySavedValuesOfBuffers() {
-  // Saved values that live in a buffer's storage (views of buffers) would change with the
-  // model's next write, which no capture sees: copy them now (NOTE [Copy-on-write of
-  // saved values]).
+void Recorder::CopySavedValuesOfModelState() {
+  // Saved values that live in a buffer's storage (views of buffers), or in the storage of
+  // a parameter the forward wrote, would change with the model's next write, which no
+  // capture sees: copy them now (NOTE [Copy-on-write of saved values]).
   for (auto& [storage, entry] : storages_) {
-    if (journal_.BuffersIn(storage) == nullptr) continue;
+    if (!entry.written_param && journal_.BuffersIn(storage) == nullptr) continue;
     if (!streaming_) {  // streamed values need no copy (NOTE [Streaming identity])
       for (const SavedValue& saved : entry.saved) {
         record_.slot(saved.slot) = CopyOfSaved(record_.slot(saved.slot));

@@ -150,16 +150,8 @@ void Recorder::KeepParameterBeforeHalt(const at::Tensor& tensor) {
 }
 
 void Recorder::RestoreWrittenParameters() {
-  if (params_before_writes_.empty()) return;
-  for (auto& [storage, entry] : storages_) {
-    // Saved values in a restored parameter's storage keep what the forward computed.
-    auto it = param_storages_.find(storage);
-    if (it == param_storages_.end() || it->second >= 0 || streaming_) continue;
-    for (const SavedValue& saved : entry.saved) {
-      record_.slot(saved.slot) = CopyOfSaved(record_.slot(saved.slot));
-    }
-    entry.saved.clear();
-  }
+  // Halt copied the values saved in these parameters' storages first
+  // (CopySavedValuesOfModelState).
   at::NoGradGuard no_grad;
   for (const auto& [param, before] : params_before_writes_) {
     layout_->params[param].saved.copy_(before);
@@ -199,6 +191,7 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
         value = CopyOfSaved(value);
         ++record_.record().stats.copy_on_write_clones;
       }
+      if (entry != nullptr && entry->param >= 0) storage.written_param = true;
       if (entry != nullptr && entry->param >= 0 && entry->node < 0 && entry->slot == saved.slot &&
           saved.tensor != tensor.unsafeGetTensorImpl()) {
         // See NOTE [Parameters written through views].

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
 #include "testdata/trace_testing.h"
+#include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/intervene.h"
@@ -623,6 +624,15 @@ TEST(VerdictsTest, ParametersWrittenThroughViewsAreReadAfterTheWrite) {
   EXPECT_TRUE(Close(Get(trace, "output_1").out, expected.output(0)));
   EXPECT_TRUE(Validate(trace).passed);
 
+  // The model's next forward writes its parameters again; the trace keeps its values.
+  {
+    torch::jit::Module model = testdata::LoadModel("param_view_writes");
+    absl::StatusOr<Trace> first = TraceModule(model, expected.inputs());
+    ASSERT_TRUE(first.ok()) << first.status();
+    model.forward(expected.inputs());
+    EXPECT_TRUE(Close(Get(*first, "output_1").out, expected.output(0)));
+    EXPECT_TRUE(Validate(*first).passed);
+  }
   // Without saved values: the same nodes, and the second linear reads the same writes.
   CaptureOptions unsaved;
   unsaved.save_activations = false;
