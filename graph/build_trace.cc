@@ -1,6 +1,7 @@
 #include "graph/build_trace.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "graph/label.h"
 #include "graph/layer_numbering.h"
+#include "graph/shared_vector.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 
 namespace torchlens {
@@ -78,8 +80,18 @@ Trace BuildTrace(CaptureRecord record) {
         std::move(record.source_position_owners));
   }
 
+  // NOTE [Vectors built in one arena] in graph/shared_vector.h: each op's replay data.
+  std::optional<SharedVectorArena<at::Tensor>> outs_arena;
+  std::optional<SharedVectorArena<c10::IValue>> args_arena;
+  std::optional<SharedVectorArena<ArgSource>> sources_arena;
+  if (replay_data) {
+    outs_arena.emplace(nodes.size(), record.outputs.size());
+    args_arena.emplace(nodes.size(), record.args.size());
+    sources_arena.emplace(nodes.size(), record.sources.size());
+  }
+
   auto fill_outputs = [&](const NodeRecord& node, Op& op) {
-    if (replay_data) op.outs.reserve(node.outputs_end - node.outputs_begin);
+    if (replay_data) op.outs = outs_arena->Make(node.outputs_end - node.outputs_begin);
     for (int32_t i = node.outputs_begin; i < node.outputs_end; ++i) {
       const OutputRecord& output = record.outputs[i];
       at::Tensor value = output.slot >= 0 ? record.slots[output.slot] : at::Tensor();
@@ -169,7 +181,7 @@ Trace BuildTrace(CaptureRecord record) {
     // its parent it is (negative: an alias write, NOTE [Writes through views]).
     const bool keep_sources = node.kind != NodeRecord::Kind::kInput &&
                               node.kind != NodeRecord::Kind::kConstant && replay_data;
-    if (keep_sources) op.arg_sources.reserve(node.sources_end - node.sources_begin);
+    if (keep_sources) op.arg_sources = sources_arena->Make(node.sources_end - node.sources_begin);
     parent_indices.clear();
     int num_params = 0;
     for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
@@ -253,7 +265,7 @@ Trace BuildTrace(CaptureRecord record) {
       const SourceRecord& source = record.sources[next_source++];
       return source.slot >= 0 ? record.slots[source.slot] : live;
     };
-    op.creation_args.reserve(node.args_end - node.args_begin);
+    op.creation_args = args_arena->Make(node.args_end - node.args_begin);
     for (int32_t a = node.args_begin; a < node.args_end; ++a) {
       op.creation_args.push_back(MapTensors(record.args[a], saved_argument));
     }

@@ -119,5 +119,60 @@ TEST(SharedVectorTest, TheLastCopyToGoFreesTheElements) {
   EXPECT_TRUE(watched.expired());
 }
 
+// NOTE [Vectors built in one arena]
+TEST(SharedVectorArenaTest, VectorsMadeInAnArenaBehaveLikeAnyOther) {
+  std::weak_ptr<int> watched;
+  SharedVector<std::shared_ptr<int>> kept;
+  SharedVector<std::shared_ptr<int>> copy;
+  {
+    SharedVectorArena<std::shared_ptr<int>> arena(/*vectors=*/2, /*elements=*/3);
+    SharedVector<std::shared_ptr<int>> first = arena.Make(2);
+    SharedVector<std::shared_ptr<int>> second = arena.Make(1);
+    EXPECT_TRUE(first.empty());
+    first.push_back(std::make_shared<int>(1));
+    first.push_back(std::make_shared<int>(2));
+    second.push_back(std::make_shared<int>(3));
+    watched = first[0];
+    // Both blocks are in the one allocation, one after the other.
+    EXPECT_LT(first.data(), second.data());
+    EXPECT_LT(second.data() - first.data(), 16);
+    EXPECT_EQ(*first[1], 2);
+    EXPECT_EQ(*second[0], 3);
+
+    copy = first;  // shares the block
+    EXPECT_EQ(copy.data(), first.data());
+    copy.mutable_at(0) = std::make_shared<int>(10);  // its own block now
+    EXPECT_NE(copy.data(), first.data());
+    EXPECT_EQ(*first[0], 1);
+    EXPECT_EQ(*copy[1], 2);
+
+    second.push_back(std::make_shared<int>(4));  // past its capacity: moves out
+    EXPECT_THAT(second, ::testing::SizeIs(2));
+    EXPECT_EQ(*second[0], 3);
+    EXPECT_EQ(*second[1], 4);
+
+    kept = std::move(first);  // outlives the arena object
+  }
+  EXPECT_FALSE(watched.expired());
+  EXPECT_EQ(*kept[0], 1);
+  EXPECT_EQ(*kept[1], 2);
+  kept.clear();
+  EXPECT_TRUE(watched.expired());  // the last block of the arena went, with its elements
+  EXPECT_EQ(*copy[1], 2);          // the copy's own block holds its own references
+}
+
+TEST(SharedVectorArenaTest, VectorsPastTheArenasRoomGetBlocksOfTheirOwn) {
+  SharedVectorArena<std::string> arena(/*vectors=*/1, /*elements=*/1);
+  SharedVector<std::string> in_arena = arena.Make(1);
+  SharedVector<std::string> beyond = arena.Make(8);
+  SharedVector<std::string> empty = arena.Make(0);
+  in_arena.push_back("a string past the inline size of std::string");
+  for (int i = 0; i < 8; ++i) beyond.push_back(std::to_string(i));
+  EXPECT_THAT(in_arena, ElementsAre("a string past the inline size of std::string"));
+  EXPECT_THAT(beyond, ElementsAre("0", "1", "2", "3", "4", "5", "6", "7"));
+  EXPECT_TRUE(empty.empty());
+  EXPECT_EQ(empty.data(), nullptr);
+}
+
 }  // namespace
 }  // namespace torchlens
