@@ -119,7 +119,7 @@ TEST(SharedVectorTest, TheLastCopyToGoFreesTheElements) {
   EXPECT_TRUE(watched.expired());
 }
 
-// NOTE [Vectors built in one arena]
+// See NOTE [Vectors built in one arena].
 TEST(SharedVectorArenaTest, VectorsMadeInAnArenaBehaveLikeAnyOther) {
   std::weak_ptr<int> watched;
   SharedVector<std::shared_ptr<int>> kept;
