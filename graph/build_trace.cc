@@ -151,7 +151,7 @@ Trace BuildTrace(CaptureRecord record) {
         op.buffer_value_changed = node.value_changed;
         op.module_address = module_address(buffer.module);
         op.pass = op.buffer_pass;
-        op.label = PassLabel(absl::StrCat("buffer_", buffer_number[node.buffer]), op.buffer_pass);
+        op.label = BufferPassLabel(buffer_number[node.buffer], op.buffer_pass);
         break;
       }
       case NodeRecord::Kind::kOp: {

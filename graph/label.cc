@@ -1,6 +1,8 @@
 #include "graph/label.h"
 
 #include <cctype>
+#include <charconv>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
@@ -54,8 +56,36 @@ absl::StatusOr<ParsedKey> ParseKey(absl::string_view key) {
 
 std::string PassLabel(absl::string_view base, int pass) { return absl::StrCat(base, ":", pass); }
 
+namespace {
+
+// `prefix` then each of `numbers` after its separator: "relu" {'_', 1}, {'_', 2}, {':', 3}
+// gives "relu_1_2:3".
+struct Numbered {
+  char separator;
+  int number;
+};
+template <size_t N>
+std::string Label(absl::string_view prefix, const Numbered (&numbers)[N]) {
+  char text[N * 12];  // a separator and at most 11 characters of an int each
+  char* end = text;
+  for (const Numbered& n : numbers) {
+    *end++ = n.separator;
+    end = std::to_chars(end, text + sizeof(text), n.number).ptr;
+  }
+  std::string label;
+  label.reserve(prefix.size() + static_cast<size_t>(end - text));
+  label.append(prefix.data(), prefix.size()).append(text, end);
+  return label;
+}
+
+}  // namespace
+
 std::string LayerPassLabel(absl::string_view type, int type_index, int step_index, int pass) {
-  return absl::StrCat(type, "_", type_index, "_", step_index, ":", pass);
+  return Label(type, {{'_', type_index}, {'_', step_index}, {':', pass}});
+}
+
+std::string BufferPassLabel(int number, int pass) {
+  return Label("buffer", {{'_', number}, {':', pass}});
 }
 
 }  // namespace torchlens

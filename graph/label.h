@@ -28,8 +28,11 @@ absl::StatusOr<ParsedKey> ParseKey(absl::string_view key);
 // "relu_1_2:3" from a base and a pass.
 std::string PassLabel(absl::string_view base, int pass);
 // "relu_1_2:3" from a layer's type, its two indices and a pass: PassLabel of the layer's
-// base name, built in one allocation (the trace builder labels every op with it).
+// base name, built without temporaries, in one allocation at most (none when it fits in
+// std::string's inline buffer): the trace builder labels every op with it.
 std::string LayerPassLabel(absl::string_view type, int type_index, int step_index, int pass);
+// "buffer_2:3" from a buffer's number and a pass, likewise.
+std::string BufferPassLabel(int number, int pass);
 
 }  // namespace torchlens
 

@@ -35,6 +35,14 @@ TEST(Labels, LayerPassLabelIsThePassLabelOfTheLayerBase) {
   ASSERT_TRUE(key.ok()) << key.status();
   EXPECT_EQ(key->base, "batch_norm_12_40");
   EXPECT_EQ(key->pass, 5);
+  // The widest numbers an int holds, and a type past std::string's inline size.
+  EXPECT_EQ(LayerPassLabel("a_very_long_operator_type", -2147483647 - 1, 2147483647, 1),
+            "a_very_long_operator_type_-2147483648_2147483647:1");
+}
+
+TEST(Labels, BufferPassLabelNamesTheBufferByNumber) {
+  EXPECT_EQ(BufferPassLabel(2, 3), "buffer_2:3");
+  EXPECT_EQ(BufferPassLabel(12, 1001), PassLabel("buffer_12", 1001));
 }
 
 }  // namespace

@@ -246,14 +246,20 @@ void BufferJournal::SetHolder(int32_t buffer, const at::Tensor& tensor) {
   }
 }
 
+void BufferJournal::Unindex(int32_t buffer) {
+  const State& state = buffers_[buffer];
+  if (state.storage == nullptr) return;
+  auto it = storages_.find(state.storage);
+  if (it == storages_.end()) return;
+  it->second.erase(std::remove(it->second.begin(), it->second.end(), buffer), it->second.end());
+  // A recurrent state reassigned at every step leaves a storage per step: the index keeps
+  // only the live ones, so that it stays the size of the buffers, in cache.
+  if (it->second.empty()) storages_.erase(it);
+}
+
 void BufferJournal::Reindex(int32_t buffer) {
   State& state = buffers_[buffer];
-  if (state.storage != nullptr) {
-    auto it = storages_.find(state.storage);
-    if (it != storages_.end()) {
-      it->second.erase(std::remove(it->second.begin(), it->second.end(), buffer), it->second.end());
-    }
-  }
+  Unindex(buffer);
   state.storage = state.holder.storage().unsafeGetStorageImpl();
   storages_[state.storage].push_back(buffer);
   std::tie(state.begin_byte, state.end_byte) = ByteRange(state.holder);
@@ -262,10 +268,9 @@ void BufferJournal::Reindex(int32_t buffer) {
 void BufferJournal::CheckAssigned() {
   record_->record().stats.buffer_slot_reads += static_cast<int64_t>(assigned_.size());
   for (int32_t buffer : assigned_) {
-    const at::Tensor now = CurrentBuffer(*buffers_[buffer].entry);
-    if (now.defined() &&
-        now.unsafeGetTensorImpl() != buffers_[buffer].holder.unsafeGetTensorImpl()) {
-      OnReassign(buffer, now);
+    const c10::TensorImpl* now = CurrentBufferImpl(*buffers_[buffer].entry);
+    if (now != nullptr && now != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+      OnReassign(buffer, CurrentBuffer(*buffers_[buffer].entry));
     }
   }
 }
@@ -314,12 +319,7 @@ void BufferJournal::OnReassign(int32_t buffer, const at::Tensor& tensor) {
   if (OtherHolder(buffer, state.holder) < 0) {
     tensors_->SetFormerBuffer(state.holder, buffer, state.version);
   }
-  if (state.storage != nullptr) {
-    auto it = storages_.find(state.storage);
-    if (it != storages_.end()) {
-      it->second.erase(std::remove(it->second.begin(), it->second.end(), buffer), it->second.end());
-    }
-  }
+  Unindex(buffer);
   state.former_holders.push_back(state.holder);
   // The new tensor's producer (none for a tensor from outside the capture) is the
   // version's producer.

@@ -126,6 +126,7 @@ class BufferJournal {
   bool KeepsValues() const { return save_ || record_->streams(); }
   void SetHolder(int32_t buffer, const at::Tensor& tensor);
   void Reindex(int32_t buffer);  // after an op moved the holder (set_)
+  void Unindex(int32_t buffer);  // drops it from the index of its holder's storage
   void OnReassign(int32_t buffer, const at::Tensor& tensor);
   // Another buffer than `buffer` whose registered tensor is `tensor`, or -1.
   int32_t OtherHolder(int32_t buffer, const at::Tensor& tensor) const;

@@ -135,6 +135,15 @@ struct ModelLayout {
 
 // The tensor a buffer entry's slot holds now (undefined if the slot holds None).
 at::Tensor CurrentBuffer(const ModelLayout::BufferEntry& buffer);
+// Its TensorImpl, without taking a reference (null for None): for the check before every op
+// (NOTE [Buffer reassignment] in recorder.h).
+inline const c10::TensorImpl* CurrentBufferImpl(const ModelLayout::BufferEntry& buffer) {
+  if (buffer.owner == nullptr) {
+    return buffer.tensor.defined() ? buffer.tensor.unsafeGetTensorImpl() : nullptr;
+  }
+  const c10::IValue& value = buffer.owner->getSlot(buffer.slot);
+  return value.isTensor() ? value.unsafeToTensorImpl() : nullptr;
+}
 
 // The layout of `model`, from the cache when the model is unchanged (see the NOTE).
 std::shared_ptr<const ModelLayout> LayoutOf(const torch::jit::Module& model);
