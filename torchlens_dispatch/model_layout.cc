@@ -111,10 +111,9 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
   for (ModelLayout::BufferEntry& buffer : layout->buffers) {
     buffer.module = module_of(OwnerAddress(buffer.address));
     add_to_owners(buffer.address, buffer.module, &Module::buffers);
-    const c10::IValue value =
-        buffer.owner != nullptr ? buffer.owner->getSlot(buffer.slot) : c10::IValue(buffer.tensor);
-    if (value.isTensor() && value.toTensor().defined() && value.toTensor().has_storage()) {
-      buffer_storages.insert(value.toTensor().storage().unsafeGetStorageImpl());
+    const at::Tensor tensor = CurrentBuffer(buffer);
+    if (tensor.defined() && tensor.has_storage()) {
+      buffer_storages.insert(tensor.storage().unsafeGetStorageImpl());
     }
   }
   for (const ModelLayout::ParamEntry& param : layout->params) {

@@ -16,10 +16,10 @@ namespace torchlens {
 Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
   if (const int32_t param = ParamId(impl); param >= 0) {
-    if (C10_UNLIKELY(layout_->params_share_buffer_storage) && AliasesBuffer(tensor)) {
-      // A parameter that is also a registered buffer (`register_buffer("b",
-      // weight.detach())`): one memory, read and written as the buffer, so that its
-      // writes are versions the parameter's reads follow (NOTE [Buffer writes]).
+    // A parameter that is also a registered buffer (`register_buffer("b",
+    // weight.detach())`): one memory, read and written as the buffer, so that its writes
+    // are versions the parameter's reads follow (NOTE [Buffer writes]).
+    if (C10_UNLIKELY(layout_->params_share_buffer_storage)) {
       if (const int32_t buffer = journal_.InPlaceOf(tensor); buffer >= 0) {
         return RememberInPlaceOf(tensor, buffer);
       }
