@@ -21,14 +21,17 @@ namespace {
 using Kind = PickleNode::Kind;
 
 // Names the tensors of a run pickle by where they sit, and refuses values that contain
-// themselves or nest deeper than kMaxPickleNesting: LibTorch walks loaded values
-// recursively (restoring type tags, freeing), which a cycle or a deep chain overflows.
-// Depths recorded while the program ran can be stale (a list filled after it was put in
-// another), so the walk counts its own.
+// themselves, nest deeper than kMaxPickleNesting or expand past kMaxPickleExpandedValues:
+// LibTorch walks loaded values recursively (restoring type tags, freeing), which a cycle or
+// a deep chain overflows, and every walk after loading follows each path. Depths recorded
+// while the program ran can be stale (a list filled after it was put in another), so the
+// walk counts its own.
 class TensorNamer {
  public:
   explicit TensorNamer(const PickleValues& values)
-      : values_(values), state_(values.nodes.size(), kUnvisited) {}
+      : values_(values),
+        state_(values.nodes.size(), kUnvisited),
+        expanded_(values.nodes.size(), 1) {}
 
   absl::Status Walk(std::vector<std::string>* names) {
     names_.assign(values_.tensors.size(), "(unreachable)");
@@ -45,8 +48,13 @@ class TensorNamer {
       bool state_dict = false;
       if (!NextChild(&frame, path, &child, &step, &state_dict)) {
         state_[frame.id] = kDone;
+        expanded_[frame.id] = frame.expanded;
+        const uint32_t done = frame.id;
         path.resize(frame.restore);
         stack.pop_back();
+        if (!stack.empty()) {
+          if (absl::Status s = Count(done, &stack.back()); !s.ok()) return s;
+        }
         continue;
       }
       const uint32_t depth = frame.depth;
@@ -58,7 +66,11 @@ class TensorNamer {
       }
       const size_t restore = path.size();
       path += step;
+      const size_t frames = stack.size();
       if (absl::Status s = Enter(child, depth + 1, restore, &path, &stack); !s.ok()) return s;
+      if (stack.size() == frames) {  // a leaf, or a container already walked
+        if (absl::Status s = Count(child, &stack.back()); !s.ok()) return s;
+      }
     }
     *names = std::move(names_);
     return absl::OkStatus();
@@ -74,7 +86,8 @@ class TensorNamer {
     uint32_t depth;
     size_t restore;
     size_t next;
-    bool state_dict;  // an object's state dict: values are attributes
+    bool state_dict;        // an object's state dict: values are attributes
+    uint64_t expanded = 1;  // itself and its children walked so far, as if unshared
   };
 
   absl::Status Enter(uint32_t id, uint32_t depth, size_t restore, std::string* path,
@@ -106,6 +119,18 @@ class TensorNamer {
     }
     path->resize(restore);  // shared values are named where first seen
     return absl::OkStatus();
+  }
+
+  // Adds walked node `child` to its container's count (kMaxPickleExpandedValues).
+  absl::Status Count(uint32_t child, Frame* container) {
+    container->expanded += expanded_[child];
+    if (container->expanded <= kMaxPickleExpandedValues) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "values hold more than ", kMaxPickleExpandedValues,
+        " elements once shared containers are counted everywhere they appear (containers "
+        "holding the same container many times over, nested): walking them would not end. "
+        "torch.save of ordinary data does not write this; save the values without such "
+        "sharing"));
   }
 
   // The frame's next child and the step that names it; false when there is none.
@@ -155,6 +180,7 @@ class TensorNamer {
 
   const PickleValues& values_;
   std::vector<State> state_;
+  std::vector<uint64_t> expanded_;  // of walked nodes: see Frame::expanded
   std::vector<std::string> names_;
 };
 

@@ -16,6 +16,7 @@
 namespace torchlens {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 void Put(std::string* out, uint64_t value, int bytes) {
@@ -317,7 +318,7 @@ TEST(ArchiveCheckTest, ValuesThatContainThemselvesOrNestTooDeeplyAreRefused) {
   // 12,000 nested lists: ']' x 12000, then APPEND x 11999.
   const std::string deep = std::string(12000, ']') + std::string(11999, 'a');
   EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(deep)}})),
-              HasSubstr("values nest deeper than 10000 levels"));
+              HasSubstr("values nest deeper than 1000 levels"));
   // A chain built outside in, whose recorded depths stay small: lists 0..11999 memoized,
   // then each appended into the one before it.
   std::string chain;
@@ -336,7 +337,31 @@ TEST(ArchiveCheckTest, ValuesThatContainThemselvesOrNestTooDeeplyAreRefused) {
     chain += "a0";  // APPEND, POP
   }
   EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(chain)}})),
-              HasSubstr("values nest deeper than 10000 levels"));
+              HasSubstr("values nest deeper than 1000 levels"));
+}
+
+// Shared containers are one value each in memory, but every walk after loading (the
+// capture marking its inputs, a replay mapping arguments) follows each path: `x = [x, x]`
+// sixty times over, 400 bytes of pickle, is 2^61 elements (helper probe, session 12: the
+// capture never ended). Sharing that stays small is fine.
+TEST(ArchiveCheckTest, SharedContainersThatExpandPastTheLimitAreRefused) {
+  auto doubled = [](int times) {
+    // EMPTY_LIST, BINPUT 0; then `times` x (POP, EMPTY_LIST, MARK, BINGET 0, BINGET 0,
+    // APPENDS, BINPUT 0).
+    std::string program("]q\x00", 3);
+    for (int i = 0; i < times; ++i)
+      program += std::string(
+          "0](h\x00h\x00"
+          "eq\x00",
+          10);
+    return program;
+  };
+  EXPECT_THAT(Message(Zip({{"a/data.pkl", Program(doubled(60))}})),
+              AllOf(HasSubstr("more than 67108864 elements"), HasSubstr("shared containers")));
+  // 2^20 elements once expanded: loads.
+  absl::StatusOr<CheckedArchive> small =
+      CheckTorchArchive(Zip({{"a/data.pkl", Program(doubled(19))}}), ArchiveKind::kTorchSave);
+  EXPECT_TRUE(small.ok()) << small.status();
 }
 
 // LibTorch's reader finds records without regard to case: a debug record in "M/" is read as

@@ -194,6 +194,48 @@ TEST(TraceFileTest, BadFilesGiveClearErrors) {
   EXPECT_THAT(std::string(incomplete.status().message()), HasSubstr("has no \"training\""));
 }
 
+// A file whose parts contradict each other is refused, naming the op: a parent that is not
+// an earlier op (missing, itself, later), a recorded shape or dtype that is not its saved
+// value's, a label twice (helper probe, session 12: each loaded and printed what the file
+// claimed, and --validate passed).
+TEST(TraceFileTest, FilesWhosePartsContradictEachOtherAreRefused) {
+  const Trace trace = Capture("mlp");
+  const std::vector<char> bytes = SavedBytes(trace, "mlp.consistent.pt");
+  ASSERT_TRUE(ParseTraceFile(bytes).ok());
+  size_t saved = 1;
+  while (saved < trace.ops().size() && !trace.ops()[saved].out.defined()) ++saved;
+  ASSERT_LT(saved, trace.ops().size());
+  const size_t last = trace.ops().size() - 1;
+  struct Case {
+    size_t op;
+    const char* field;
+    c10::IValue value;
+    std::string message;
+  };
+  const std::string saved_label = trace.ops()[saved].label;
+  const std::vector<Case> cases = {
+      {saved, "parents", c10::List<std::string>({"nonexistent_9_9:1"}),
+       "lists parent \"nonexistent_9_9:1\", which is not an op before it"},
+      {saved, "parents", c10::List<std::string>({saved_label}),
+       absl::StrCat("lists parent \"", saved_label, "\", which is not an op before it")},
+      {0, "parents", c10::List<std::string>({trace.ops()[last].label}),
+       "which is not an op before it"},
+      {saved, "tensor_shape", c10::List<int64_t>({2, 2}),
+       absl::StrCat("op \"", saved_label, "\" records shape [2, 2]")},
+      {saved, "tensor_dtype", std::string("Bogus"), "dtype \"Bogus\", but its saved value"},
+      {last, "label", trace.ops()[0].label,
+       absl::StrCat("label \"", trace.ops()[0].label, "\" appears twice")},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.field, " of op ", c.op));
+    c10::impl::GenericDict root = torch::jit::pickle_load(bytes).toGenericDict();
+    root.at("ops").toListRef()[c.op].toGenericDict().insert_or_assign(c.field, c.value);
+    absl::StatusOr<Trace> parsed = ParseTraceFile(torch::jit::pickle_save(root));
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.message));
+  }
+}
+
 // Version 1 files have none of the fields version 2 added (NOTE [One Op field table] says
 // which); they load with those fields at their defaults, while a version 2 file without
 // them is malformed.

@@ -87,8 +87,16 @@ struct PickleNode {
   uint32_t depth = 1;  // nesting, bounded by kMaxPickleNesting
 };
 
-// Deeper containers are refused: walking and freeing them recurses.
-inline constexpr uint32_t kMaxPickleNesting = 10000;
+// Deeper containers are refused: walking, converting (graph/torch_load.cc, about 1.5 KB
+// of stack per level) and freeing them recurses, and 7,000 levels overflowed an 8 MB
+// stack. Python's pickler cannot write deeper than its recursion limit, 1,000 by default.
+inline constexpr uint32_t kMaxPickleNesting = 1000;
+
+// Containers shared by reference can hold each other many times over: `x = [x, x]` sixty
+// times is a few hundred bytes that every walk over its elements (the capture marking its
+// inputs, a replay mapping arguments) would take 2^60 steps through. Values that count more
+// elements than this, each container counted once per place it appears, are refused.
+inline constexpr uint64_t kMaxPickleExpandedValues = uint64_t{1} << 26;
 
 struct PickledStorage {
   std::string key;    // the record is data/<key> (constants/<key> in constants.pkl)

@@ -8,12 +8,13 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "graph/file_io.h"
 #include "graph/op_fields.h"
@@ -423,6 +424,42 @@ Op OpFromIValue(const c10::IValue& value, int64_t version, size_t index) {
   return op;
 }
 
+// The parts of a file that must agree with each other, so that a crafted file cannot make
+// the summary, validation or replay present what it does not hold: labels are unique (the
+// edges name them), every parent is an earlier op (NOTE [Node order] in build_trace.cc),
+// and an op's recorded shape and dtype are its saved value's.
+absl::Status CheckConsistent(const std::vector<Op>& ops) {
+  absl::flat_hash_map<absl::string_view, size_t> index;
+  index.reserve(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    for (const std::string& parent : op.parents) {
+      auto it = index.find(parent);
+      if (it == index.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "malformed trace file: op \"", absl::CHexEscape(op.label), "\" (op ", i,
+            ") lists parent \"", absl::CHexEscape(parent),
+            "\", which is not an op before it; ops are in execution order and parents run "
+            "first"));
+      }
+    }
+    if (!index.emplace(op.label, i).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "malformed trace file: label \"", absl::CHexEscape(op.label), "\" appears twice"));
+    }
+    if (!op.out.defined()) continue;
+    if (c10::IntArrayRef(op.tensor_shape) != op.out.sizes() ||
+        op.tensor_dtype != c10::toString(op.out.scalar_type())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "malformed trace file: op \"", absl::CHexEscape(op.label), "\" records shape [",
+          absl::StrJoin(op.tensor_shape, ", "), "] and dtype \"", absl::CHexEscape(op.tensor_dtype),
+          "\", but its saved value has shape [", absl::StrJoin(op.out.sizes(), ", "),
+          "] and dtype ", c10::toString(op.out.scalar_type())));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // `owner`, when not null, keeps `bytes` mapped: tensors are made over them in place.
 absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> owner) {
   absl::StatusOr<c10::IValue> loaded = LoadPickledInPlace(bytes, std::move(owner));
@@ -498,14 +535,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
     parts.stats.copy_on_write_clones = s.Int(stats, "copy_on_write_clones");
     parts.stats.marked_sites = s.Int(stats, "marked_sites");
     parts.stats.interpreter_sites = s.Int(stats, "interpreter_sites");
-    // Labels must be unique for the edges to mean anything.
-    std::set<std::string> labels;
-    for (const Op& op : parts.ops) {
-      if (!labels.insert(op.label).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("malformed trace file: label \"", op.label, "\" appears twice"));
-      }
-    }
+    if (absl::Status consistent = CheckConsistent(parts.ops); !consistent.ok()) return consistent;
     return Trace::Assemble(std::move(parts));
   } catch (const Reader::Malformed& malformed) {
     return absl::InvalidArgumentError(absl::StrCat("malformed trace file: ", malformed.message));

@@ -35,6 +35,16 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
         "\", which is neither a module address of this model (named_modules() names them) "
         "nor an op label (labels end in ':' and a pass, \"relu_1_2:1\")"));
   }
+  if (!halted_ && (!halt_label_.empty() || (halt_module_ >= 0 && !halt_module_entered_))) {
+    // The forward ran to the end: a trace presented as the halted one would be a silent
+    // surprise (a misspelt pass, an unused submodule).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CaptureOptions::halt_after is \"", options_.halt_after, "\", but ",
+        halt_label_.empty() ? "that module ran no op" : "no op of this forward had that label",
+        ", so the forward ran to the end and was not halted (its buffers hold what it "
+        "wrote). Labels are \"{type}_{type index}_{layer step}:{pass}\", as a full "
+        "capture's summary lists them"));
+  }
   CaptureRecord& record = record_.record();
   if (over_budget_) {
     record.budget_exceeded = true;

@@ -24,6 +24,7 @@
 namespace torchlens {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -302,6 +303,16 @@ TEST(EarlyStop, AnUnknownHaltTargetIsAnError) {
   absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected("demo").inputs(), options);
   EXPECT_EQ(trace.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(trace.status().message()), HasSubstr("no_such_module"));
+  // A label no op has (a pass that never ran, a misspelt one) is found out at the end: the
+  // forward ran whole, which a trace must not pass off as the halted one.
+  for (const char* label : {"relu_1_5:x", "relu_9_9:1", "relu_1_5:2", ":"}) {
+    SCOPED_TRACE(label);
+    options.halt_after = label;
+    trace = TraceModule(model, testdata::Expected("demo").inputs(), options);
+    EXPECT_EQ(trace.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(trace.status().message()),
+                AllOf(HasSubstr(label), HasSubstr("no op of this forward had that label")));
+  }
 }
 
 TEST(MemoryBudget, ExceedingItIsAnErrorOrAPartialTraceAndTheResultIsUnchanged) {
