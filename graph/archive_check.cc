@@ -1,5 +1,6 @@
 #include "graph/archive_check.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -417,11 +418,30 @@ ScriptRecord ScriptRecordKind(absl::string_view name) {
 
 absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, ArchiveKind kind) {
   absl::StatusOr<ZipArchive> zip = ZipArchive::Open(bytes);
+  if (!zip.ok() && !bytes.empty() && bytes[0] == '\x80') {
+    // A pickle's PROTO opcode: the legacy torch.save format or a bare pickle, not a
+    // damaged zip.
+    return Invalid(kind,
+                   "it is a bare pickle, not a zip archive: torch.save's legacy format "
+                   "(_use_new_zipfile_serialization=False) or pickle.dump, which LibTorch "
+                   "does not read. Save it again with torch.save's default format");
+  }
   if (!zip.ok()) return Invalid(kind, zip.status().message());
   const bool script = kind == ArchiveKind::kTorchScript;
   const ZipArchive::Entry* data = zip->Find("data.pkl");
   if (data == nullptr) {
     return Invalid(kind, absl::StrCat("no record ", absl::CHexEscape(zip->prefix()), "data.pkl"));
+  }
+  if (script && std::none_of(zip->entries().begin(), zip->entries().end(),
+                             [&](const ZipArchive::Entry& entry) {
+                               absl::string_view name = entry.name;
+                               return absl::ConsumePrefix(&name, zip->prefix()) &&
+                                      InCodeFolder(name);
+                             })) {
+    // Said before data.pkl is read: a torch.save file's pickle (a state dict's
+    // OrderedDict) uses what LibTorch's TorchScript unpickler does not read, and that
+    // message would hide the cause.
+    return Invalid(kind, "it holds no code (data saved with torch.save, not a module?)");
   }
   // TorchScript archives hold module objects, and LibTorch's unpickler reads them.
   const PickleOptions options{/*allow_objects=*/script, /*libtorch_dialect=*/script};
@@ -430,11 +450,9 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
   if (script) {
     // The other pickles torch::jit::load runs: the tensor constants of the code, and the
     // debug information behind the source lines of error messages.
-    bool has_code = false;
     for (const ZipArchive::Entry& entry : zip->entries()) {
       absl::string_view name = entry.name;
       if (!absl::ConsumePrefix(&name, zip->prefix())) continue;
-      has_code = has_code || InCodeFolder(name);
       const ScriptRecord record = ScriptRecordKind(name);
       const bool constants = record == ScriptRecord::kConstants;
       if (!constants && record != ScriptRecord::kDebugInfo) continue;
@@ -446,9 +464,6 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
           return Invalid(kind, absl::StrCat(absl::CHexEscape(entry.name), ": ", s.message()));
         }
       }
-    }
-    if (!has_code) {
-      return Invalid(kind, "it holds no code (data saved with torch.save, not a module?)");
     }
     // See NOTE [Untrusted archives] in zip_archive.h.
     for (const ZipArchive::Entry& entry : zip->entries()) {

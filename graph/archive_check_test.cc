@@ -246,9 +246,16 @@ TEST(ArchiveCheckTest, ConstantsAndDebugInformationAreCheckedToo) {
       HasSubstr("m/constants.pkl: tensor '[0]'"));
   EXPECT_THAT(Message(script(")", "K\x01\x86"), ArchiveKind::kTorchScript),
               HasSubstr("m/code/__torch__.py.debug_pkl: pickle opcode 0x86"));
-  // A torch.save file given as a model: no code.
+  // A torch.save file given as a model: no code. A state dict's OrderedDict is said to be
+  // that too, not an opcode LibTorch's TorchScript unpickler does not read.
   EXPECT_THAT(Message(SavedTensor(Tensor("0", 6, 0, {6}, {1}), 6), ArchiveKind::kTorchScript),
               HasSubstr("it holds no code"));
+  EXPECT_THAT(Message(Zip({{"a/data.pkl", Program("ccollections\nOrderedDict\n)R")}}),
+                      ArchiveKind::kTorchScript),
+              HasSubstr("it holds no code"));
+  // torch.save's legacy format is a bare pickle: said so, not "truncated?".
+  EXPECT_THAT(Message(Program("K\x01") + std::string(30, ' ')),
+              HasSubstr("a bare pickle, not a zip archive: torch.save's legacy format"));
 }
 
 // LibTorch's reader throws from its constructor, leaking itself, without a format version

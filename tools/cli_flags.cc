@@ -85,8 +85,13 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_
     for (absl::string_view dim : absl::StrSplit(input, ',')) {
       dim = absl::StripAsciiWhitespace(dim);
       int64_t value = 0;
-      if (dim.empty() || dim.size() > 12 || !absl::SimpleAtoi(dim, &value) || value < 0 ||
-          dim.find_first_not_of("0123456789") != absl::string_view::npos) {
+      const bool digits = !dim.empty() && dim.find_first_not_of("0123456789") == dim.npos;
+      if (digits && dim.size() > 12) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--input_shape \"", text, "\": dimension \"", dim,
+                         "\" is too large (at most 12 digits); expected e.g. 1,3,224,224"));
+      }
+      if (!digits || !absl::SimpleAtoi(dim, &value) || value < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("--input_shape \"", text, "\": dimension \"", dim,
                          "\" is not a non-negative integer; expected e.g. 1,3,224,224"));

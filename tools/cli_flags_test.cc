@@ -26,6 +26,9 @@ TEST(ParseInputShapes, RejectsBadShapes) {
     EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(std::string(shapes.status().message()), HasSubstr("--input_shape")) << bad;
   }
+  // A dimension too long to be a size is said to be too large, not "not an integer".
+  EXPECT_THAT(std::string(ParseInputShapes("9223372036854775807,2").status().message()),
+              HasSubstr("is too large"));
 }
 
 TEST(ParseEdit, LabelAndValue) {

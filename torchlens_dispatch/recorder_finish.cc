@@ -35,6 +35,13 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
         "\", which is neither a module address of this model (named_modules() names them) "
         "nor an op label (labels end in ':' and a pass, \"relu_1_2:1\")"));
   }
+  for (const std::string& address : options_.save_modules) {
+    if (layout_->module_ids.contains(address)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CaptureOptions::save_modules names \"", address,
+        "\", which is not a module address of this model (named_modules() names them), so "
+        "it would select nothing"));
+  }
   if (!halted_ && (!halt_label_.empty() || (halt_module_ >= 0 && !halt_module_entered_))) {
     // The forward ran to the end: a trace presented as the halted one would be a silent
     // surprise (a misspelt pass, an unused submodule).

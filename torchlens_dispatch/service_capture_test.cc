@@ -303,6 +303,14 @@ TEST(EarlyStop, AnUnknownHaltTargetIsAnError) {
   absl::StatusOr<Trace> trace = TraceModule(model, testdata::Expected("demo").inputs(), options);
   EXPECT_EQ(trace.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(trace.status().message()), HasSubstr("no_such_module"));
+  // So is a module to save that the model does not have.
+  CaptureOptions save_unknown;
+  save_unknown.save_modules = {"block1", "no_such_block"};
+  trace = TraceModule(model, testdata::Expected("demo").inputs(), save_unknown);
+  EXPECT_EQ(trace.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(trace.status().message()),
+              AllOf(HasSubstr("save_modules names \"no_such_block\""),
+                    HasSubstr("not a module address of this model")));
   // A label no op has (a pass that never ran, a misspelt one) is found out at the end: the
   // forward ran whole, which a trace must not pass off as the halted one.
   for (const char* label : {"relu_1_5:x", "relu_9_9:1", "relu_1_5:2", ":"}) {
