@@ -583,10 +583,19 @@ int32_t Recorder::Save(const at::Tensor& tensor, const c10::TensorImpl* live) {
   const int32_t slot = record_.AddSlot(tensor.requires_grad() ? tensor.detach() : tensor);
   if (options_.max_saved_bytes >= 0) saved_bytes_ += static_cast<int64_t>(tensor.nbytes());
   if (tensor.has_storage()) {
-    storages_[tensor.storage().unsafeGetStorageImpl()].saved.push_back(
-        SavedValue{slot, live != nullptr ? live : tensor.unsafeGetTensorImpl()});
+    // NOTE [Saved values indexed when a write needs them].
+    unindexed_values_.push_back(
+        {tensor.storage().unsafeGetStorageImpl(),
+         SavedValue{slot, live != nullptr ? live : tensor.unsafeGetTensorImpl()}});
   }
   return slot;
+}
+
+void Recorder::IndexSavedValues() {
+  for (const UnindexedValue& value : unindexed_values_) {
+    storages_[value.storage].saved.push_back(value.saved);
+  }
+  unindexed_values_.clear();
 }
 
 void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,

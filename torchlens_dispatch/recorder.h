@@ -40,6 +40,16 @@
 // destination of zero elements (`torch.empty(0)`) is resized by the write, and the saved
 // value would otherwise take the new shape.
 //
+// NOTE [Saved values indexed when a write needs them]
+// The storage index of NOTE [Copy-on-write of saved values] is read only before a write
+// (and at the end), so Save only appends the value to a list; the values are added to
+// the index when something reads it. A model that writes nothing in place never builds
+// it; one with in-place ops moves the values saved since the last write into it at each
+// write, which is the work that indexing them one by one did. Built eagerly, an index of
+// mlp2000's 4,000 values (a table in memory the forward has evicted) cost a cache miss
+// per saved value (README "Performance"). Every saved value keeps its storage alive, so
+// a listed storage's address stays its own until the value is indexed.
+//
 // NOTE [Writes through views]
 // `pad[:, :3].copy_(img)` writes the tensor `pad` through a view, and `x.mul_(2)` writes
 // every view of `x` taken before. Before an op writes a tensor, every saved value whose
@@ -298,6 +308,8 @@ class Recorder : private BufferJournal::Tensors {
   // would hold, as a saved value aliasing the storage does.
   at::Tensor StreamedAlias(const c10::Storage& storage, int32_t slot) const;
   void Remember(const at::Tensor& tensor, TensorEntry entry);
+  // Adds unindexed_values_ to storages_; called before storages_ is read for saved values.
+  void IndexSavedValues();
   // Whether `tensor` shares its storage with a registered buffer.
   bool AliasesBuffer(const at::Tensor& tensor) const {
     return tensor.has_storage() &&
@@ -375,6 +387,12 @@ class Recorder : private BufferJournal::Tensors {
   std::function<void(const at::Tensor&)> before_parameter_write_;  // SetBeforeParameterWrite
   size_t next_param_ = 0;  // in layout_->param_order: the parameter expected next
   absl::flat_hash_map<const c10::StorageImpl*, StorageEntry> storages_;
+  // Saved values not yet in storages_ (NOTE [Saved values indexed when a write needs them]).
+  struct UnindexedValue {
+    const c10::StorageImpl* storage;
+    SavedValue saved;
+  };
+  std::vector<UnindexedValue> unindexed_values_;
   std::vector<OverwrittenValue> overwritten_;  // by the op being recorded
   // Plain tensor attributes of the model (NOTE [Constants]): index into
   // record_.constant_addresses.

@@ -79,6 +79,7 @@ void Recorder::CopySavedValuesOfModelState() {
   // Saved values that live in a buffer's storage (views of buffers), or in the storage of
   // a parameter the forward wrote, would change with the model's next write, which no
   // capture sees: copy them now (NOTE [Copy-on-write of saved values]).
+  IndexSavedValues();
   for (auto& [storage, entry] : storages_) {
     if (!entry.written_param && journal_.BuffersIn(storage) == nullptr) continue;
     if (!streaming_) {  // streamed values need no copy (NOTE [Streaming identity])

@@ -111,6 +111,7 @@ int32_t Recorder::AddWrittenParameterNode(int32_t param, int32_t slot) {
 // with the same geometry. Such a tensor is the op's output, not a tensor from outside.
 Recorder::TensorEntry* Recorder::AddShallowCopy(const at::Tensor& tensor) {
   if (!tensor.has_storage()) return nullptr;
+  IndexSavedValues();
   auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
   if (it == storages_.end()) return nullptr;
   for (const SavedValue& value : it->second.saved) {
