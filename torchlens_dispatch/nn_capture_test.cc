@@ -298,5 +298,53 @@ TEST(NnCaptureTest, OverwrittenLargeSavedValuesKeepTheirValueBeforeTheWrite) {
   EXPECT_TRUE(torch::equal(out, net->forward(x)));
 }
 
+// Values saved in a buffer's or a written parameter's storage are copied at the end of
+// the capture (NOTE [Saved values indexed when a write needs them]): the model's writes
+// after it must not reach the trace.
+struct StateViewsImpl : torch::nn::Module {
+  StateViewsImpl() {
+    table = register_buffer("table", torch::arange(6.0).reshape({2, 3}));
+    scale = register_parameter("scale", torch::full({3}, 2.0));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor row = table.select(0, 1);  // a view of the buffer, saved as it is
+    torch::Tensor y = x * row;
+    {
+      torch::NoGradGuard no_grad;
+      scale.mul_(0.5);
+    }
+    torch::Tensor head = scale.narrow(0, 0, 2);  // a view of the written parameter
+    return y.narrow(1, 0, 2) + head;
+  }
+  torch::Tensor table, scale;
+};
+TORCH_MODULE(StateViews);
+
+TEST(NnCaptureTest, SavedViewsOfModelStateKeepTheirValuesAfterTheCapture) {
+  StateViews net;
+  const torch::Tensor x = torch::ones({1, 3});
+  CaptureGuard guard(*net);
+  const torch::Tensor out = net->forward(x);
+  absl::StatusOr<Trace> trace = guard.Finish(out);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  {
+    torch::NoGradGuard no_grad;
+    net->table.fill_(-1.0);
+    net->scale.fill_(-1.0);
+  }
+  std::vector<const Op*> selects, narrows;
+  for (const Op& op : trace->ops()) {
+    if (op.type == "select") selects.push_back(&op);
+    if (op.type == "narrow") narrows.push_back(&op);
+  }
+  ASSERT_EQ(selects.size(), 1u);
+  ASSERT_EQ(narrows.size(), 2u);
+  // By hand: the table's second row is 3, 4, 5; the scale halved is 1, 1, 1.
+  EXPECT_TRUE(torch::equal(selects[0]->out, torch::tensor({3.0f, 4.0f, 5.0f})));
+  EXPECT_TRUE(torch::equal(narrows[0]->out, torch::tensor({1.0f, 1.0f})));  // the scale's
+  EXPECT_TRUE(torch::equal(Get(*trace, "output_1").out, torch::tensor({{4.0f, 5.0f}})));
+  EXPECT_GE(trace->capture_stats().copy_on_write_clones, 2);
+}
+
 }  // namespace
 }  // namespace torchlens

@@ -89,6 +89,7 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   constexpr auto kRelaxed = std::memory_order_relaxed;
   tensors_.reserve(last.tensors.load(kRelaxed));
   storages_.reserve(last.storages.load(kRelaxed));
+  unindexed_values_.reserve(last.slots.load(kRelaxed));
   layers_.reserve(last.layers.load(kRelaxed));
   record.layer_positions.reserve(last.layers.load(kRelaxed));
   layer_of_class_.assign(last.layer_classes.load(kRelaxed), -1);

@@ -79,7 +79,6 @@ void Recorder::CopySavedValuesOfModelState() {
   // Saved values that live in a buffer's storage (views of buffers), or in the storage of
   // a parameter the forward wrote, would change with the model's next write, which no
   // capture sees: copy them now (NOTE [Copy-on-write of saved values]).
-  IndexSavedValues();
   for (auto& [storage, entry] : storages_) {
     if (!entry.written_param && journal_.BuffersIn(storage) == nullptr) continue;
     if (!streaming_) {  // streamed values need no copy (NOTE [Streaming identity])
@@ -90,6 +89,21 @@ void Recorder::CopySavedValuesOfModelState() {
     }
     entry.saved.clear();
   }
+  // Values not indexed yet (NOTE [Saved values indexed when a write needs them]) are
+  // checked in their list: indexing them all here would cost what the list saved. A
+  // streaming capture indexes its values as it streams them, so its list is empty.
+  size_t kept = 0;
+  for (const UnindexedValue& value : unindexed_values_) {
+    const auto it = storages_.find(value.storage);
+    if ((it == storages_.end() || !it->second.written_param) &&
+        journal_.BuffersIn(value.storage) == nullptr) {
+      unindexed_values_[kept++] = value;
+      continue;
+    }
+    record_.slot(value.saved.slot) = CopyOfSaved(record_.slot(value.saved.slot));
+    ++record_.record().stats.copy_on_write_clones;
+  }
+  unindexed_values_.resize(kept);
 }
 
 void Recorder::AddOutputNodes(const c10::IValue& outputs) {
