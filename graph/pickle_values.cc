@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -524,9 +525,23 @@ class Machine {
     storage.key = Node(e[2]).text;
     storage.location = Node(e[3]).text;
     storage.numel = static_cast<uint64_t>(Node(e[4]).int_value);
-    values_.storages.push_back(std::move(storage));
+    // Tensors saved from one storage (`torch.save([x, x[1]])`) name its key each time, and
+    // torch.load gives them one storage: a write through one shows through the others.
+    const auto [known, added] =
+        storage_indexes_.try_emplace(storage.key, static_cast<uint32_t>(values_.storages.size()));
+    if (!added) {
+      const PickledStorage& first = values_.storages[known->second];
+      if (first.dtype != storage.dtype || first.numel != storage.numel) {
+        return Error(absl::StrCat("storage '", absl::CHexEscape(storage.key),
+                                  "' declared twice, as ", first.numel, " ", first.dtype,
+                                  " and as ", storage.numel, " ", storage.dtype,
+                                  " elements (torch.save declares a storage alike each time)"));
+      }
+    } else {
+      values_.storages.push_back(std::move(storage));
+    }
     PickleNode node = Scalar(Kind::kStorage);
-    node.index = static_cast<uint32_t>(values_.storages.size() - 1);
+    node.index = known->second;
     return Push(std::move(node));
   }
 
@@ -673,6 +688,7 @@ class Machine {
   uint64_t op_start_ = 0;
   uint8_t op_ = 0;
   PickleValues values_;
+  absl::flat_hash_map<std::string, uint32_t> storage_indexes_;  // by key, into values_.storages
   std::vector<uint32_t> stack_;
   std::vector<size_t> marks_;
   std::vector<uint32_t> memo_;

@@ -9,7 +9,8 @@
 // LibTorch 1.13's unpickler refuses: any pickle protocol `torch.save(...,
 // pickle_protocol=N)` writes (1 to 5), one-element lists (`torch.save([t], f)`), dicts,
 // lists of lists, and `nn.Parameter`s (loaded as tensors that require grad). Tensors come
-// back on the CPU, in new storages: a tensor never aliases the file's bytes. Lists and
+// back on the CPU, in new storages: a tensor never aliases the file's bytes. Tensors saved
+// from one storage (`torch.save([x, x[1]])`) share one, as torch.load gives them. Lists and
 // dicts get the element type their values share (`List[Tensor]`, `List[List[Tensor]]`),
 // or the type a TorchScript pickler recorded for them. Quantized tensors of per-tensor or
 // per-channel affine schemes load as such. Sparse tensors, sets, bytes and objects of

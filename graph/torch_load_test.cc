@@ -67,6 +67,21 @@ TEST(LoadInputsTest, ListOfListsAreTypedArguments) {
   EXPECT_EQ(transposed.sizes(), at::IntArrayRef({3, 2}));
   EXPECT_EQ(transposed.strides(), at::IntArrayRef({1, 3}));
   EXPECT_TRUE(at::equal(transposed, Saved().t()));
+  // t, t[0] and t.t() were saved from one storage and share one, as torch.load gives
+  // them: a write through one shows through the others.
+  const at::Tensor whole = first.get(0);
+  EXPECT_TRUE(whole.is_alias_of(first.get(1)));
+  EXPECT_TRUE(whole.is_alias_of(transposed));
+  first.get(1).add_(10);
+  EXPECT_EQ(whole[0][2].item<float>(), 12.0f);
+  EXPECT_EQ(transposed[2][0].item<float>(), 12.0f);
+}
+
+TEST(LoadInputsTest, AStorageDeclaredTwiceDifferentlyIsRefused) {
+  absl::StatusOr<std::vector<c10::IValue>> inputs = LoadInputs(Corpus("storage_twice.pt"));
+  EXPECT_EQ(inputs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(inputs.status().message()),
+              HasSubstr("storage '0' declared twice, as 6 Float and as 12 Float elements"));
 }
 
 TEST(LoadInputsTest, DictArgument) {

@@ -36,6 +36,53 @@ namespace {
 // generator states) is written as a record there and then. The trace so pickled is the one
 // Finish returns: no reading back.
 
+// NOTE [Streamed values keep their strides]
+// A kernel's result can depend on its input's strides (a reduction over `x[:, ::2]` or an
+// expanded tensor adds in another order than over a dense copy), and validation compares
+// replays bit for bit, so a value streamed to disk keeps the layout the op read, as a
+// value saved in memory does. What is written is the value's span: its bytes from its
+// first element to its last (strides are never negative), with its sizes and strides and
+// offset 0. That is numel's bytes for a dense value, fewer for an expanded one (one row of
+// `x.expand(512, 256)`), and more for a slice with gaps, which is written so only when the
+// span is at most 4 times the elements or 1 MiB (NOTE [Saved copies keep their strides] in
+// torchlens_dispatch/saved_copy.h, the same rule): a column of a large matrix is written
+// dense.
+
+// The elements a value spans in its storage from its first one.
+int64_t SpanElements(const at::Tensor& value) {
+  if (value.numel() == 0) return 0;
+  int64_t span = 1;
+  for (int64_t d = 0; d < value.dim(); ++d) span += value.stride(d) * (value.size(d) - 1);
+  return span;
+}
+
+// Whether the value is written as its span with its strides (NOTE [Streamed values keep
+// their strides]); otherwise it is made contiguous.
+bool WrittenWithItsStrides(const at::Tensor& value) {
+  if (value.is_non_overlapping_and_dense()) return true;
+  const int64_t span = SpanElements(value);
+  constexpr int64_t kAlwaysBytes = 1 << 20;
+  return span <= 4 * value.numel() ||
+         span * static_cast<int64_t>(value.element_size()) <= kAlwaysBytes;
+}
+
+// The bytes written for `value`.
+int64_t WrittenBytes(const at::Tensor& value) {
+  const int64_t elements = WrittenWithItsStrides(value) ? SpanElements(value) : value.numel();
+  return elements * static_cast<int64_t>(value.element_size());
+}
+
+// A copy of `value` for the writer thread: dense values and spans written with their
+// strides keep them, others become contiguous.
+at::Tensor WrittenCopy(const at::Tensor& value) {
+  if (value.is_non_overlapping_and_dense()) return value.clone(at::MemoryFormat::Preserve);
+  if (!WrittenWithItsStrides(value)) return value.contiguous();
+  const int64_t span = SpanElements(value);
+  at::Tensor flat = at::empty({span}, value.options());
+  flat.copy_(value.as_strided({span}, {1}));  // from the value's first element
+  return flat.as_strided(value.sizes(), value.strides());
+}
+
 absl::Status WriteError(int error, const std::string& path) {
   return absl::ErrnoToStatus(error, absl::StrCat("cannot write trace file '", path, "'"));
 }
@@ -146,10 +193,13 @@ void TraceFileWriter::WriteQueued() {
 }
 
 void TraceFileWriter::WriteValue(std::pair<int32_t, int> id, const at::Tensor& elements) {
+  // `elements` is dense, or spans its bytes with its strides (NOTE [Streamed values keep
+  // their strides]): its span is written.
   Record record{
       std::string(), elements.scalar_type(), elements.sizes().vec(), elements.strides().vec(), -1,
       at::Tensor()};
-  const size_t size = elements.nbytes();
+  const size_t size =
+      static_cast<size_t>(SpanElements(elements)) * static_cast<size_t>(elements.element_size());
   std::unique_lock<std::mutex> zip_lock(zip_mu_);
   const bool written = WriteRecord(elements.data_ptr(), size, &record.key).ok();
   // The zip writer hands a stored record's bytes over as given (NOTE [Record
@@ -288,7 +338,7 @@ absl::Status TraceFileWriter::AddValue(int32_t node, int output, const at::Tenso
   }
   // NOTE [Writing off the capturing thread]: room first, then the copy.
   std::vector<at::Tensor> written;
-  const int64_t bytes = static_cast<int64_t>(value.numel()) * value.element_size();
+  const int64_t bytes = WrittenBytes(value);
   if (bytes > kQueueBytes) {
     // Larger than the queue: written here, without a copy, once the queued values are.
     {
@@ -302,7 +352,7 @@ absl::Status TraceFileWriter::AddValue(int32_t node, int output, const at::Tenso
     {
       at::NoGradGuard no_grad;
       elements = value.detach().resolve_conj().resolve_neg();
-      if (!elements.is_non_overlapping_and_dense()) elements = elements.contiguous();
+      if (!WrittenWithItsStrides(elements)) elements = elements.contiguous();
     }
     WriteValue({node, output}, elements);
     return Error();
@@ -320,8 +370,8 @@ absl::Status TraceFileWriter::AddValue(int32_t node, int output, const at::Tenso
   Queued item{{node, output}, at::Tensor(), bytes};
   try {
     at::NoGradGuard no_grad;
-    // Dense values keep their strides, others become contiguous (Record::strides).
-    item.elements = value.detach().resolve_conj().resolve_neg().clone(at::MemoryFormat::Preserve);
+    // NOTE [Streamed values keep their strides].
+    item.elements = WrittenCopy(value.detach().resolve_conj().resolve_neg());
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     queued_bytes_ -= bytes;

@@ -86,8 +86,9 @@ class TraceFileWriter {
     std::string key;  // "data/<key>" in the archive
     at::ScalarType dtype;
     std::vector<int64_t> sizes;
-    // Of the value as the model made it when it is dense (a transpose keeps its strides:
-    // a replay from the file then takes the kernel path the capture took, bit for bit).
+    // Of the value as the model made it (a transpose, a slice with gaps or an expanded
+    // value keeps its strides: a replay from the file then takes the kernel path the
+    // capture took, bit for bit). NOTE [Streamed values keep their strides].
     std::vector<int64_t> strides;
     int64_t offset;          // of its bytes in the file
     at::Tensor placeholder;  // made by Finish, see NOTE [Record placeholders]

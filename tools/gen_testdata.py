@@ -830,6 +830,47 @@ class EqualChoices(nn.Module):
         return chosen + filled, stepped
 
 
+class EqualWrites(nn.Module):
+    """Writes through an index or a mask of the value the destination already holds
+    everywhere, so no perturbation of the index or mask can show: `y[mask] = 0` into zeros,
+    and a running argmax that records step 0 into its zeros buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("arg", torch.zeros(4, dtype=torch.long))
+        self.register_buffer("best", torch.full((4,), -1e9))
+
+    def forward(self, x):
+        row = x[0]
+        positive = row > 0
+        index = row.argsort()[:2]  # computed, within 8 whatever a perturbation adds
+        masked = torch.zeros(4)
+        masked[positive] = 0.0
+        indexed = torch.zeros(8)
+        indexed[index] = 0.0
+        filled = torch.zeros(8).index_fill_(0, index, 0.0)
+        scattered = torch.zeros(4).masked_scatter_(positive, torch.zeros(4))
+        copied = torch.zeros(8).index_copy_(0, index, torch.zeros(2))
+        put = torch.zeros(8).put_(index, torch.zeros(2))
+        improved = row > self.best
+        self.arg[improved] = 0
+        self.best.copy_(torch.maximum(self.best, row))
+        eights = indexed + filled + copied + put
+        return masked + scattered + row + eights[:4], self.arg + 1
+
+
+class StridedReads(nn.Module):
+    """Reductions over values whose layout decides the order of the sum: slices with gaps
+    and an expanded row. A trace file written during the capture keeps their strides."""
+
+    def forward(self, x):
+        y = x * 1.0
+        gaps = y[:, ::2].sum(1)
+        rows = y[::3, ::2].sum(0)
+        expanded = y[:1].expand(512, 128).mean()
+        return gaps, rows, expanded
+
+
 class EmptyIndexWrites(nn.Module):
     """Writes through an empty index: the source written reaches nothing."""
 
@@ -1402,6 +1443,8 @@ def models():
         "quantized_net": (quantized_net, [rand(2, 2, 6, 6)], False),
         "complex_scalar": (ComplexScalar, [rand(3)], False),
         "equal_choices": (EqualChoices, [rand(3, 4)], False),
+        "equal_writes": (EqualWrites, [rand(3, 4)], False),
+        "strided_reads": (StridedReads, [rand(64, 128)], False),
         "empty_index_writes": (EmptyIndexWrites, [rand(3, 4)], False),
         "twin_buffers": (TwinBuffers, [rand(3, 4)], False),
         "stats_views": (StatsViews, [rand(6, 4)], True),

@@ -90,7 +90,7 @@ TEST(TraceFileCaptureTest, TheFileHoldsWhatACaptureInMemoryHolds) {
   for (const char* name :
        {"mlp", "bn2d_train", "counter_cell", "view_write", "slice_assign", "pad_through_view",
         "transposed_write", "dropout_train", "recurrent_loop", "multi_output", "return_param",
-        "param_view_writes", "transposed_matmul"}) {
+        "param_view_writes", "transposed_matmul", "strided_reads"}) {
     SCOPED_TRACE(name);
     testdata::Expected expected(name);
     torch::jit::Module memory_model = testdata::LoadModel(name);
@@ -121,6 +121,34 @@ TEST(TraceFileCaptureTest, TheFileHoldsWhatACaptureInMemoryHolds) {
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->passed) << ValidationReportToJson(*report);
   }
+}
+
+// NOTE [Streamed values keep their strides]: slices with gaps and an expanded value are
+// written with the strides the reductions read, in their span of bytes.
+TEST(TraceFileCaptureTest, StridedAndExpandedValuesKeepTheirStrides) {
+  testdata::Expected expected("strided_reads");
+  torch::jit::Module model = testdata::LoadModel("strided_reads");
+  CaptureOptions options;
+  options.trace_file = Temp("strided_reads.strides.pt");
+  absl::StatusOr<Trace> disk = TraceModule(model, expected.inputs(), options);
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  absl::StatusOr<Trace> loaded = LoadTrace(options.trace_file);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::vector<std::vector<int64_t>> strides;
+  for (const Op& op : loaded->ops()) {
+    if (op.type == "slice" || op.type == "expand") strides.push_back(op.out.strides().vec());
+  }
+  // y is 64 x 128: y[:, ::2] (one slice of the rows, then one of the columns), y[::3, ::2],
+  // y[:1].expand(512, 128).
+  using Strides = std::vector<int64_t>;
+  EXPECT_THAT(strides, ::testing::ElementsAre(Strides{128, 1}, Strides{128, 2}, Strides{384, 1},
+                                              Strides{384, 2}, Strides{128, 1}, Strides{0, 1}));
+  const absl::StatusOr<const Op*> expanded = loaded->Find("output_3");
+  ASSERT_TRUE(expanded.ok()) << expanded.status();
+  EXPECT_TRUE(at::allclose((*expanded)->out, expected.output(2), 1e-5, 1e-6));
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*loaded);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed) << ValidationReportToJson(*report);
 }
 
 TEST(TraceFileCaptureTest, AHaltedCaptureWritesItsPartialTrace) {

@@ -75,6 +75,7 @@ const std::vector<std::string>& IssueModels() {
                                                           "shape_only_reads",
                                                           "index_writes",
                                                           "equal_choices",
+                                                          "equal_writes",
                                                           "empty_index_writes",
                                                           "twin_buffers",
                                                           "stats_views",

@@ -107,6 +107,14 @@ def inputs():
     hostile_tensor(os.path.join(INPUTS, "small_overrun.pt"), 6, 6, 0, [2, 4], [4, 1])
     # The storage claims 1,048,576 floats; its record holds 6.
     hostile_tensor(os.path.join(INPUTS, "truncated_record.pt"), 1 << 20, 6, 0, [6], [1])
+    storage_declared_twice(os.path.join(INPUTS, "storage_twice.pt"))
+
+
+def storage_declared_twice(path):
+    """Two tensors naming storage data/0, as 6 and as 12 floats: torch.save names one
+    storage once per tensor, always alike."""
+    data = _pickle([_Tensor(_Storage(6), 0, [6], [1]), _Tensor(_Storage(12), 0, [6], [1])])
+    _archive(path, [("data.pkl", data), ("data/0", b"\0" * 48), ("version", b"3\n")])
 
 
 # A TorchScript archive's data.pkl replaced by a program that pops values its stack does

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 
 namespace torchlens {
 namespace {
@@ -225,6 +226,60 @@ bool SameEverywhere(const at::Tensor& a, const at::Tensor& b) {
   }
 }
 
+// Whether the op overwrites elements of its destination `saved[0]` chosen by index or
+// mask tensors, the destination holds one value everywhere, and every value the op could
+// write is that value: then the tensors `parent_indexes`, all of them indexes or masks,
+// decide nothing (`y[mask] = 0` into zeros, a running argmax recording step 0 into its
+// zeros buffer). Writes that combine (accumulate, scatter's reduce) are not overwrites.
+bool WritesWhatIsThere(absl::string_view op, c10::ArrayRef<c10::IValue> args,
+                       const std::vector<at::Tensor>& saved,
+                       const std::vector<int>& parent_indexes) {
+  const int count = static_cast<int>(saved.size());
+  if (count < 2 || parent_indexes.empty() || !saved[0].defined() || saved[0].numel() == 0) {
+    return false;
+  }
+  // The tensor indexes of the index or mask arguments, [first_index, end_index), and the
+  // value written: a tensor argument, or a scalar one.
+  int first_index = 1;
+  int end_index = 2;
+  int written = -1;
+  std::optional<at::Scalar> written_scalar;
+  const auto is_false = [&](size_t position) {
+    return args.size() > position && args[position].isBool() && !args[position].toBool();
+  };
+  if ((op == "aten::index_put_" || op == "aten::index_put") && args.size() == 4 && is_false(3)) {
+    end_index = count - 1;  // (self, indices..., values)
+    written = count - 1;
+  } else if ((op == "aten::masked_scatter_" || op == "aten::masked_scatter") && count == 3) {
+    written = 2;
+  } else if ((op == "aten::index_copy_" || op == "aten::index_copy") && count == 3) {
+    written = 2;
+  } else if ((op == "aten::put_" || op == "aten::put") && count == 3 && is_false(3)) {
+    written = 2;
+  } else if ((op == "aten::index_fill_" || op == "aten::index_fill" || op == "aten::scatter_" ||
+              op == "aten::scatter") &&
+             args.size() == 4) {
+    if (args[3].isScalar()) {
+      written_scalar = args[3].toScalar();
+    } else if (count == 3) {
+      written = 2;
+    } else {
+      return false;
+    }
+  } else {
+    return false;
+  }
+  for (int index : parent_indexes) {
+    if (index < first_index || index >= end_index) return false;
+  }
+  if (written >= count || (written >= 0 && !saved[written].defined())) return false;
+  const at::Tensor value = saved[0].flatten()[0];
+  if (!SameEverywhere(saved[0], value)) return false;
+  return written >= 0
+             ? SameEverywhere(saved[written], value)
+             : SameEverywhere(at::scalar_tensor(*written_scalar, saved[0].options()), value);
+}
+
 }  // namespace
 
 bool UncheckedIndex(absl::string_view op, int tensor_index) {
@@ -292,6 +347,7 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
     }
     return true;
   };
+  if (WritesWhatIsThere(op, args, saved, parent_indexes)) return true;
   for (const IndexingOp& indexing : kIndexingOps) {
     if (indexing.op != op) continue;
     const bool indexes_only = std::find(parent_indexes.begin(), parent_indexes.end(),

@@ -16,6 +16,9 @@
 //     overwrites all of it (torchvision's MultiScaleRoIAlign fills a zeros tensor);
 //   * where and masked_fill whose condition never selects the argument (a threshold guard
 //     that did not fire: `where(|x| > 100, x, 0)` with every |x| below 100) ignore it;
+//   * an overwrite through an index or mask (index_put, index_fill, index_copy,
+//     masked_scatter, scatter, put) of the value the destination already holds everywhere
+//     leaves it as it was wherever the index points (`y[mask] = 0` into zeros);
 //   * an operand that absorbs the other (`i * 0`, `i & 0`, `i | -1` on integers, a scalar or
 //     a tensor absorbing everywhere) leaves the other nothing to decide;
 //   * where's condition when both branches hold the same values, masked_fill's mask when
