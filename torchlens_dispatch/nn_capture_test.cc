@@ -121,12 +121,17 @@ struct TwiceImpl : torch::nn::Module {
 };
 TORCH_MODULE(Twice);
 
-TEST(NnCaptureTest, SubmoduleCalledTwiceHasTwoPasses) {
-  Twice net;
-  const torch::Tensor x = torch::randn({1, 3});
+// One captured forward of a C++ frontend module on `x`.
+template <typename Net>
+absl::StatusOr<Trace> CaptureForward(Net& net, const torch::Tensor& x) {
   CaptureGuard guard(*net);
   const torch::Tensor out = net->forward(x);
-  absl::StatusOr<Trace> trace = guard.Finish(out);
+  return guard.Finish(out);
+}
+
+TEST(NnCaptureTest, SubmoduleCalledTwiceHasTwoPasses) {
+  Twice net;
+  absl::StatusOr<Trace> trace = CaptureForward(net, torch::randn({1, 3}));
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_THAT(Labels(*trace), ElementsAre("t_1_1:1", "input_1", "addmm_1_2:1", "relu_1_3:1",
                                           "t_1_1:2", "addmm_1_2:2", "output_1"));
@@ -322,10 +327,7 @@ TORCH_MODULE(StateViews);
 
 TEST(NnCaptureTest, SavedViewsOfModelStateKeepTheirValuesAfterTheCapture) {
   StateViews net;
-  const torch::Tensor x = torch::ones({1, 3});
-  CaptureGuard guard(*net);
-  const torch::Tensor out = net->forward(x);
-  absl::StatusOr<Trace> trace = guard.Finish(out);
+  absl::StatusOr<Trace> trace = CaptureForward(net, torch::ones({1, 3}));
   ASSERT_TRUE(trace.ok()) << trace.status();
   {
     torch::NoGradGuard no_grad;
