@@ -859,6 +859,20 @@ class EqualWrites(nn.Module):
         return masked + scattered + row + eights[:4], self.arg + 1
 
 
+class IgnoredArguments(nn.Module):
+    """Ops that, for these values, do not depend on an argument: no perturbation can prove
+    those edges, and the model is correct (validation lists them as unproved)."""
+
+    def forward(self, x):
+        w = torch.ones(3, 3)
+        beta0 = torch.addmm(x.exp(), x, w, beta=0.0)  # the input is not read
+        zero_power = torch.pow(x, torch.zeros(1))  # ones whatever x
+        one_base = torch.pow(torch.ones_like(x), x)  # ones whatever x
+        upper = torch.triu(x, 5)  # past the last diagonal of a 4 x 3 matrix: zeros
+        same = torch.where(x > 0, 1.0, 1.0)  # equal scalar branches
+        return beta0 + zero_power + one_base + upper + same
+
+
 class StridedReads(nn.Module):
     """Reductions over values whose layout decides the order of the sum: slices with gaps
     and an expanded row. A trace file written during the capture keeps their strides."""
@@ -1445,6 +1459,7 @@ def models():
         "equal_choices": (EqualChoices, [rand(3, 4)], False),
         "equal_writes": (EqualWrites, [rand(3, 4)], False),
         "strided_reads": (StridedReads, [rand(64, 128)], False),
+        "ignored_arguments": (IgnoredArguments, [rand(4, 3)], False),
         "empty_index_writes": (EmptyIndexWrites, [rand(3, 4)], False),
         "twin_buffers": (TwinBuffers, [rand(3, 4)], False),
         "stats_views": (StatsViews, [rand(6, 4)], True),

@@ -471,28 +471,23 @@ class Validator {
       } else if (DataDependentlyExempt(op.func_name, Arguments(op), saved, indexes,
                                        unperturbed.outputs)) {
         // See NOTE [Data-dependent exemptions].
-      } else if (const bool finite = std::all_of(indexes.begin(), indexes.end(),
-                                                 [&](int i) {
-                                                   return i >= static_cast<int>(saved.size()) ||
-                                                          AllFinite(saved[i]);
-                                                 });
-                 Predicate(op.func_name, unperturbed.outputs) || !finite ||
-                 NonFiniteEverywhere(unperturbed.outputs) ||
-                 std::all_of(indexes.begin(), indexes.end(),
-                             [&](int i) { return SometimesDecisive(op.func_name, i); })) {
-        // See NOTE [Perturbations that can prove].
+      } else {
+        // See NOTE [Perturbations that can prove]: unproved, with the reason, never failed.
+        const bool finite = std::all_of(indexes.begin(), indexes.end(), [&](int i) {
+          return i >= static_cast<int>(saved.size()) || AllFinite(saved[i]);
+        });
         Note(&unproved_, op,
              absl::StrCat(op.label, " <- ", parent, ": no perturbation tried changes the output (",
                           !finite ? "the parent holds NaN or infinite values"
                           : NonFiniteEverywhere(unperturbed.outputs)
                               ? "the output is NaN or infinite everywhere, which another "
                                 "argument decides whatever this parent holds"
-                          : Predicate(op.func_name, unperturbed.outputs)
-                              ? "the op is a predicate"
-                              : "the parent decides the output only for some values",
+                          : Predicate(op.func_name, unperturbed.outputs) ? "the op is a predicate"
+                          : std::all_of(indexes.begin(), indexes.end(),
+                                        [&](int i) { return SometimesDecisive(op.func_name, i); })
+                              ? "the parent decides the output only for some values"
+                              : "for these values the op does not depend on this parent",
                           ")"));
-      } else {
-        Fail(op, absl::StrCat("perturbing parent ", parent, " does not change the output"));
       }
     }
   }

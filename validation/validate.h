@@ -28,9 +28,9 @@
 //   * partly saved traces (selective saving, the memory budget): what has saved values is
 //     checked; the rest is listed in `not_checked`, never a failure.
 // Perturbation reports an edge it could not prove (a predicate or NaN data that no
-// perturbation tried changes, values that cannot be perturbed) in `unproved`, not as a
-// failure; an edge is a failure only when none of the perturbations changed an op that
-// computes (NOTE [Perturbations that can prove] in validate.cc).
+// perturbation tried changes, an argument the op ignores for these values, values that
+// cannot be perturbed) in `unproved`, never as a failure (NOTE [Perturbations that can
+// prove] in values.h).
 #ifndef TORCHLENS_VALIDATION_VALIDATE_H_
 #define TORCHLENS_VALIDATION_VALIDATE_H_
 

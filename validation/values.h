@@ -31,15 +31,18 @@ bool CloseUpToRounding(const at::Tensor& actual, const at::Tensor& expected);
 // comparison against a threshold, isnan, any) or that see NaN (where every arithmetic
 // perturbation stays NaN) may not, although they depend on it: for them a second round
 // tries values chosen without looking at the old ones (extremes, NaN, infinities, one
-// element changed, all true or all false). An edge that none of these changes is a
-// failure, except for a predicate, a parent holding non-finite values, an output that is
-// NaN or infinite everywhere (another argument decides it: `NonFiniteEverywhere`), or an
-// argument
-// that decides the output only for some values (`SometimesDecisive` in
-// torchlens_dispatch/ops/exemptions.h: a fake quantizer's on/off switch changes nothing
-// for values on its grid, its zero point nothing unclamped), where the perturbations
-// cannot be shown to reach the op's decision: such edges are reported as unproved, never
-// as failures.
+// element changed, all true or all false). An edge that none of these changes is reported
+// as unproved, with the reason, never as a failure: a predicate, a parent holding
+// non-finite values, an output that is NaN or infinite everywhere (another argument
+// decides it: `NonFiniteEverywhere`), an argument that decides the output only for some
+// values (`SometimesDecisive` in torchlens_dispatch/ops/exemptions.h: a fake quantizer's
+// on/off switch changes nothing for values on its grid), or an op that for these values
+// does not depend on the argument at all (`addmm` with beta=0 does not read its input,
+// `pow(1, e)`, `triu(x, 5)` of a 4 x 3 matrix, `x ^ x`). A correct forward pass computes
+// such values, and the replay has already shown that the op gives the saved output from
+// the saved arguments: an argument that cannot change the output says nothing against
+// the trace. The exemptions of NOTE [Data-dependent exemptions] (ops/exemptions.h) are
+// the cases the saved values prove, which are not listed at all.
 
 // The `attempt`-th perturbation (0, 1, ...) of a saved value, cheapest first; nullopt when
 // there are no more. A quantized value (per-tensor or per-channel affine) is perturbed in

@@ -645,6 +645,26 @@ TEST(VerdictsTest, ParametersWrittenThroughViewsAreReadAfterTheWrite) {
   EXPECT_EQ(Get(graph, linears[1]->label).parents, linears[1]->parents);
 }
 
+// NOTE [Perturbations that can prove]: arguments an op ignores for these values (addmm's
+// input with beta=0, pow's base under a zero exponent, pow's exponent over a base of
+// ones, triu past the last diagonal, where's condition between equal scalars) are
+// unproved edges of a correct model, which validates.
+TEST(VerdictsTest, ArgumentsAnOpIgnoresAreUnprovedNeverFailed) {
+  const testdata::Expected expected("ignored_arguments");
+  const Trace trace = Capture("ignored_arguments");
+  EXPECT_TRUE(Close(Get(trace, "output_1").out, expected.output(0)));
+  const ValidationReport report = Validate(trace);
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+  const std::string why =
+      ": no perturbation tried changes the output (for these values the op "
+      "does not depend on this parent)";
+  EXPECT_THAT(report.unproved, ElementsAre(absl::StrCat("addmm_1_3:1 <- exp_1_2:1", why),
+                                           absl::StrCat("pow_1_5:1 <- input_1", why),
+                                           absl::StrCat("pow_2_7:1 <- input_1", why),
+                                           absl::StrCat("triu_1_8:1 <- input_1", why),
+                                           absl::StrCat("where_1_10:1 <- gt_1_9:1", why)));
+}
+
 TEST(VerdictsTest, EditOfOneOutputOfSeveral) {
   const Trace trace = Capture("chunk_heads");
   const at::Tensor value = at::full({2, 2}, 3.0f);

@@ -158,7 +158,7 @@ bool Uniform(const at::Tensor& t) {
 }
 
 // Ops that decide rather than compute: their output may legitimately not react to any
-// perturbation tried (NOTE [Perturbations that can prove] in validation/validate.cc).
+// perturbation tried (NOTE [Perturbations that can prove] in validation/values.h).
 constexpr absl::string_view kPredicates[] = {
     "aten::eq",          "aten::ne",          "aten::lt",         "aten::le",
     "aten::gt",          "aten::ge",          "aten::isnan",      "aten::isinf",
