@@ -382,8 +382,10 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
     };
     written_place = place(write.written, written);
     aliased_place = place(write.aliased, before);
-    written_place.copy_(written);
+    // The written argument last: where the two share bytes, its value stands (NOTE
+    // [Writes through aliases]).
     aliased_place.copy_(before);
+    written_place.copy_(written);
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(
         absl::StrCat("not replayable: cannot lay out the write of ", op.label,

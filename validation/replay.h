@@ -17,8 +17,12 @@
 // view (`AliasWrite` in graph/trace.h). Replay redoes such a write in private memory. A
 // region of bytes spans both tensors' places (their geometries are recorded in elements
 // of their own dtypes: NOTE [Writes through views of another dtype] in replay.cc); it
-// receives the written argument's value before the write, then the changed tensor's value before
-// it, so that where they share bytes the changed tensor's own value stands. The op then runs on the
+// receives the changed tensor's value before the write, then the written argument's value
+// before it, so that where they share bytes the written argument's value stands. In a
+// capture the two agree there (they are the same memory at the same moment); in an
+// intervention that edited the written view (`y = x[1]`, then `y.add_(1)`, with `y` set to
+// 0.5), the view's new value is what its base holds there, as in eager PyTorch where the
+// two share memory. The op then runs on the
 // written argument's place in the region (the other tensors it writes are cloned, as in any
 // replay), and the changed tensor is read back from its place. Validation compares the result with
 // the captured value, and an intervention computes the changed tensor's new value the same way, so

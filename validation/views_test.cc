@@ -57,6 +57,28 @@ TEST(ViewsTest, FillThroughAnUnsqueezedViewOfALinearOutput) {
   EXPECT_TRUE(at::equal(Get(result->trace, "output_1").out, torch::full({2, 3}, 1.0)));
 }
 
+// NOTE [Writes through aliases]: an edit of a view that is then written in place is an
+// edit of those bytes of its base, as in eager PyTorch where the two share memory.
+TEST(ViewsTest, AnEditOfAWrittenViewReachesItsBase) {
+  torch::nn::Module net;
+  const torch::Tensor x = torch::randn({3, 4});
+  const Trace trace = CaptureNn(net, [&] {
+    torch::Tensor base = x * 1;
+    torch::Tensor row = base.select(0, 1);
+    row.add_(1);
+    return base.sum(1);
+  });
+  ExpectValid(trace);
+  absl::StatusOr<DoResult> result =
+      Do(trace, {Edit{"select_1_2:1", torch::full({4}, 0.5)}}, DoOptions{true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  // By hand: the row becomes 0.5 + 1 = 1.5 and the other rows keep x's values.
+  torch::Tensor expected = x.clone();
+  expected.select(0, 1).fill_(1.5);
+  EXPECT_TRUE(at::allclose(Get(result->trace, "output_1").out, expected.sum(1)));
+  EXPECT_THAT(result->warnings, IsEmpty());
+}
+
 TEST(ViewsTest, PartialWritesThroughSeveralViewsAndAViewOfAView) {
   torch::nn::Module net;
   const torch::Tensor x = torch::arange(6.0).reshape({2, 3});
