@@ -3,8 +3,11 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -172,8 +175,52 @@ class Intervention {
         "without selective saving"));
   }
 
+  // NOTE [Edits of views]
+  // An edited op whose output is a view (`y = x[1]`) shares memory with what it was made
+  // of, so in PyTorch setting its value sets those bytes of `x` too. The fork replaces the
+  // view's value from its op on, and a write through the view carries it into the base
+  // (NOTE [Writes through aliases] in replay.h). Ops that read `x` itself after the view
+  // was made, not through such a write, keep their captured values: a gap names them.
+  absl::Status CheckEditedViews() {
+    for (const EditedValue& edit : edited_) {
+      const ArgSource* base = ViewedSource(original_[edit.index], edit.output);
+      if (base == nullptr) continue;
+      std::vector<std::string> readers;
+      for (size_t j = edit.index + 1; j < original_.size(); ++j) {
+        const bool edited = std::any_of(edited_.begin(), edited_.end(), [&](const EditedValue& e) {
+          return e.index == static_cast<int>(j);
+        });
+        if (edited) continue;
+        for (const ArgSource& source : original_[j].arg_sources) {
+          if (source.kind == ArgSource::Kind::kNode && source.name == base->name &&
+              source.output_index == base->output_index) {
+            readers.push_back(original_[j].label);
+            break;
+          }
+        }
+      }
+      if (readers.empty()) continue;
+      constexpr size_t kNamed = 8;
+      const size_t named = std::min(readers.size(), kNamed);
+      const std::string& label = original_[edit.index].label;
+      absl::Status status = Gap(
+          DiagnosticKind::kAliasWriteGap, label,
+          absl::StrCat(
+              "the edit of ", label, ", a view of ", base->name, ", does not reach what reads ",
+              base->name, " after it (",
+              absl::StrJoin(readers.begin(), readers.begin() + named, ", "),
+              readers.size() > named ? absl::StrCat(" and ", readers.size() - named, " more") : "",
+              "), which keeps its captured value; in PyTorch the two share memory: "
+              "edit ",
+              base->name, " too for them to see the change (NOTE [Edits of views])"));
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<DoResult> Run() {
     if (absl::Status saved = CheckConeIsSaved(); !saved.ok()) return saved;
+    if (absl::Status views = CheckEditedViews(); !views.ok()) return views;
     std::vector<Op>& ops = parts_.ops;
     for (const EditedValue& edit : edited_) {
       Op& op = ops[edit.index];

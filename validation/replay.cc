@@ -643,4 +643,28 @@ absl::StatusOr<at::Tensor> ViewAfterFusedWrite(const Op& view, int output,
   return remade->clone();
 }
 
+const ArgSource* ViewedSource(const Op& op, int output) {
+  if (!op.is_compute() || output < 0) return nullptr;
+  absl::StatusOr<c10::OperatorHandle> handle = Handle(op);
+  if (!handle.ok()) return nullptr;
+  const c10::FunctionSchema& schema = handle->schema();
+  if (output >= static_cast<int>(schema.returns().size())) return nullptr;
+  for (int r = 0; r <= output; ++r) {
+    if (schema.returns()[r].type()->kind() != c10::TypeKind::TensorType) return nullptr;
+  }
+  const c10::AliasInfo* returned = schema.returns()[output].alias_info();
+  if (returned == nullptr || returned->isWrite()) return nullptr;
+  const std::vector<int> first = FirstTensorOfArguments(op);
+  for (size_t a = 0; a < schema.arguments().size() && a < first.size(); ++a) {
+    const c10::AliasInfo* alias = schema.arguments()[a].alias_info();
+    if (alias == nullptr || alias->isWrite() || alias->beforeSets() != returned->beforeSets() ||
+        first[a] < 0 || first[a] >= static_cast<int>(op.arg_sources.size())) {
+      continue;
+    }
+    const ArgSource& source = op.arg_sources[first[a]];
+    return source.kind == ArgSource::Kind::kNode ? &source : nullptr;
+  }
+  return nullptr;
+}
+
 }  // namespace torchlens

@@ -132,6 +132,11 @@ absl::Status RequireSavedValues(const Trace& trace, absl::string_view purpose);
 // tensor; -1 for arguments that hold no tensor.
 std::vector<int> FirstTensorOfArguments(const Op& op);
 
+// The source of the argument whose memory output `output` of `op` is a view of (`select`,
+// `slice`, `view`, `transpose`, ...: a returned tensor the schema aliases to an argument it
+// does not write), or null for any other output.
+const ArgSource* ViewedSource(const Op& op, int output);
+
 // The tensor indexes (as in FirstTensorOfArguments) of `op`'s out= arguments
 // (`torch.add(a, b, out=y)`: kwarg-only arguments the schema declares written). Empty when
 // the operator is not registered in this process.

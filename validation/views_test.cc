@@ -79,6 +79,36 @@ TEST(ViewsTest, AnEditOfAWrittenViewReachesItsBase) {
   EXPECT_THAT(result->warnings, IsEmpty());
 }
 
+// NOTE [Edits of views]: what reads the base itself after the view was made keeps its
+// captured value, and the edit says so.
+TEST(ViewsTest, AnEditOfAViewNamesTheBasesReadersItDoesNotReach) {
+  torch::nn::Module net;
+  const torch::Tensor x = torch::randn({3, 4});
+  const Trace trace = CaptureNn(net, [&] {
+    torch::Tensor base = x * 1;
+    torch::Tensor row = base.select(0, 1);
+    torch::Tensor totals = base.sum(1);  // sum_1_3:1 reads the base after the view
+    return totals + row.sum();
+  });
+  ExpectValid(trace);
+  absl::StatusOr<DoResult> result = Do(trace, {Edit{"select_1_2:1", torch::full({4}, 0.5)}});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->warnings.size(), 1u);
+  EXPECT_EQ(result->warnings[0].kind, DiagnosticKind::kAliasWriteGap);
+  EXPECT_EQ(result->warnings[0].label, "select_1_2:1");
+  EXPECT_THAT(result->warnings[0].message,
+              ::testing::HasSubstr("does not reach what reads mul_1_1:1 after it (sum_1_3:1)"));
+  // Strict: the same gap is an error.
+  EXPECT_EQ(
+      Do(trace, {Edit{"select_1_2:1", torch::full({4}, 0.5)}}, DoOptions{true}).status().code(),
+      absl::StatusCode::kFailedPrecondition);
+  // An edit of the base itself reaches every reader.
+  absl::StatusOr<DoResult> of_base = Do(trace, {Edit{"mul_1_1:1", torch::ones({3, 4})}});
+  ASSERT_TRUE(of_base.ok()) << of_base.status();
+  EXPECT_THAT(of_base->warnings, IsEmpty());
+  EXPECT_TRUE(at::allclose(Get(of_base->trace, "output_1").out, torch::full({3}, 8.0)));
+}
+
 TEST(ViewsTest, PartialWritesThroughSeveralViewsAndAViewOfAView) {
   torch::nn::Module net;
   const torch::Tensor x = torch::arange(6.0).reshape({2, 3});
