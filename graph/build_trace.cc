@@ -26,7 +26,10 @@ std::string OpTypeName(const c10::OperatorName& name) {
   return std::string(base);
 }
 
-Trace BuildTrace(CaptureRecord record) {
+namespace {
+
+// The graph of a finished capture: labels, edges and replay data (see build_trace.h).
+TraceParts BuildGraph(CaptureRecord record) {
   auto module_address = [&record](int32_t id) -> const std::string& {
     const std::vector<std::string>& base = *record.module_addresses;
     return id < static_cast<int32_t>(base.size()) ? base[id]
@@ -319,7 +322,22 @@ Trace BuildTrace(CaptureRecord record) {
             : std::string("the start"));
   }
   parts.children_linked = true;
-  return Trace::Assemble(std::move(parts));
+  return parts;
+}
+
+}  // namespace
+
+Trace BuildTrace(CaptureRecord record) {
+  TraceParts known;
+  known.modules = record.modules;
+  known.params = record.params;
+  known.has_saved_values = record.saved_values;
+  known.training = record.training;
+  known.stats = record.stats;
+  const bool partial = !record.partial_reason.empty();
+  return Trace::Deferred(std::move(known), partial, [record = std::move(record)]() mutable {
+    return BuildGraph(std::move(record));
+  });
 }
 
 }  // namespace torchlens

@@ -1,8 +1,9 @@
 // Turning a finished capture record into a labelled `Trace`.
 //
-// Runs once per capture, after the forward pass: it names nodes (see trace.h for the label
-// scheme), resolves record indexes into labels and rebuilds each op's saved arguments from
-// the saved tensor values.
+// The trace's graph is built when it is first read (NOTE [Graphs built on first use] in
+// trace.h), once: that names nodes (see trace.h for the label scheme), resolves record
+// indexes into labels and rebuilds each op's saved arguments from the saved tensor values.
+// Until then the trace holds `record`.
 #ifndef TORCHLENS_GRAPH_BUILD_TRACE_H_
 #define TORCHLENS_GRAPH_BUILD_TRACE_H_
 

@@ -106,16 +106,18 @@ absl::StatusOr<at::Tensor> Buffer::value_after(int n) const {
 }
 
 Trace::Trace(const Trace& other)
-    : ops_(other.ops_),
-      buffers_(other.buffers_),
-      modules_(other.modules_),
+    : modules_(other.modules_),
       params_(other.params_),
-      diagnostics_(other.diagnostics_),
       has_saved_values_(other.has_saved_values_),
       training_(other.training_),
-      stats_(other.stats_),
-      partial_reason_(other.partial_reason_) {
-  Relink();
+      partial_(other.partial_),
+      stats_(other.stats_) {
+  const Graph& from = other.graph();
+  graph_->ops = from.ops;
+  graph_->buffers = from.buffers;
+  graph_->diagnostics = from.diagnostics;
+  graph_->partial_reason = from.partial_reason;
+  LinkBuffers(*graph_);  // the copied projections point into `other`
 }
 
 // NOTE [Destroying a trace]
@@ -124,8 +126,11 @@ Trace::Trace(const Trace& other)
 // the ones still in cache when a trace is dropped right after its capture (the common
 // case: inspect, then drop), so the ops are destroyed from the back, which is faster on
 // traces larger than the L2 cache and costs nothing on small ones (README "Performance").
+// A trace whose graph was never built frees only its capture record.
 Trace::~Trace() {
-  while (!ops_.empty()) ops_.pop_back();
+  if (graph_ == nullptr) return;
+  std::vector<Op>& ops = graph_->ops;
+  while (!ops.empty()) ops.pop_back();
 }
 
 Trace& Trace::operator=(const Trace& other) {
@@ -136,44 +141,79 @@ Trace& Trace::operator=(const Trace& other) {
   return *this;
 }
 
-Trace Trace::Assemble(TraceParts parts) {
-  Trace trace;
-  trace.ops_ = std::move(parts.ops);
-  trace.buffers_ = std::move(parts.buffers);
-  if (parts.modules) trace.modules_ = std::move(parts.modules);
-  if (parts.params) trace.params_ = std::move(parts.params);
-  trace.diagnostics_ = std::move(parts.diagnostics);
-  trace.has_saved_values_ = parts.has_saved_values;
-  trace.training_ = parts.training;
-  trace.stats_ = parts.stats;
-  trace.partial_reason_ = std::move(parts.partial_reason);
+// See NOTE [Graphs built on first use].
+const Trace::Graph& Trace::graph() const {
+  static const Graph* const kNone = new Graph();
+  if (graph_ == nullptr) return *kNone;  // a moved-from trace has no ops
+  Graph& graph = *graph_;
+  absl::call_once(graph.built, [&graph] {
+    if (!graph.build) return;
+    TraceParts parts = std::move(graph.build)();
+    graph.build = nullptr;  // frees what the builder held (the capture record)
+    AdoptGraph(std::move(parts), graph);
+  });
+  return graph;
+}
+
+void Trace::AdoptGraph(TraceParts parts, Graph& graph) {
+  graph.ops = std::move(parts.ops);
+  graph.buffers = std::move(parts.buffers);
+  graph.diagnostics = std::move(parts.diagnostics);
+  graph.partial_reason = std::move(parts.partial_reason);
+  std::vector<Op>& ops = graph.ops;
   if (!parts.children_linked) {
-    const absl::flat_hash_map<absl::string_view, int>& labels = trace.by_label();
-    for (Op& op : trace.ops_) {
+    absl::flat_hash_map<absl::string_view, int> labels;
+    labels.reserve(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) labels.emplace(ops[i].label, static_cast<int>(i));
+    for (Op& op : ops) {
       op.children.clear();
       op.child_indices.clear();
     }
-    for (size_t i = 0; i < trace.ops_.size(); ++i) {
-      Op& op = trace.ops_[i];
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Op& op = ops[i];
       op.parent_indices.clear();
       for (const std::string& parent : op.parents) {
         auto it = labels.find(parent);
         op.parent_indices.push_back(it == labels.end() ? -1 : it->second);
         if (it == labels.end()) continue;
-        Op& from = trace.ops_[it->second];
+        Op& from = ops[it->second];
         from.children.push_back(op.label);
         from.child_indices.push_back(static_cast<int32_t>(i));
       }
     }
   }
-  trace.LinkBuffers();
+  LinkBuffers(graph);
+}
+
+Trace Trace::Assemble(TraceParts parts) {
+  Trace trace;
+  if (parts.modules) trace.modules_ = std::move(parts.modules);
+  if (parts.params) trace.params_ = std::move(parts.params);
+  trace.has_saved_values_ = parts.has_saved_values;
+  trace.training_ = parts.training;
+  trace.partial_ = !parts.partial_reason.empty();
+  trace.stats_ = parts.stats;
+  AdoptGraph(std::move(parts), *trace.graph_);
+  return trace;
+}
+
+Trace Trace::Deferred(TraceParts known, bool partial, absl::AnyInvocable<TraceParts()> build) {
+  Trace trace;
+  if (known.modules) trace.modules_ = std::move(known.modules);
+  if (known.params) trace.params_ = std::move(known.params);
+  trace.has_saved_values_ = known.has_saved_values;
+  trace.training_ = known.training;
+  trace.partial_ = partial;
+  trace.stats_ = known.stats;
+  trace.graph_->build = std::move(build);
   return trace;
 }
 
 TraceParts Trace::Parts() const {
+  const Graph& graph = this->graph();
   TraceParts parts;
-  parts.ops = ops_;
-  for (const auto& [address, buffer] : buffers_) {
+  parts.ops = graph.ops;
+  for (const auto& [address, buffer] : graph.buffers) {
     Buffer& copy = parts.buffers.emplace_hint(parts.buffers.end(), address, Buffer())->second;
     copy.address = buffer.address;
     copy.initial_value = buffer.initial_value;
@@ -186,11 +226,11 @@ TraceParts Trace::Parts() const {
   }
   parts.modules = modules_;
   parts.params = params_;
-  parts.diagnostics = diagnostics_;
+  parts.diagnostics = graph.diagnostics;
   parts.has_saved_values = has_saved_values_;
   parts.training = training_;
   parts.stats = stats_;
-  parts.partial_reason = partial_reason_;
+  parts.partial_reason = graph.partial_reason;
   parts.children_linked = true;
   return parts;
 }
@@ -200,34 +240,31 @@ const absl::flat_hash_map<absl::string_view, int>& Trace::by_label() const {
   static const auto* const kNone = new absl::flat_hash_map<absl::string_view, int>();
   if (label_index_ == nullptr) return *kNone;  // a moved-from trace has no ops
   LabelIndex& index = *label_index_;
+  const std::vector<Op>& ops = graph().ops;
   absl::call_once(index.built, [&] {
-    index.positions.reserve(ops_.size());
-    for (size_t i = 0; i < ops_.size(); ++i) {
-      index.positions.emplace(absl::string_view(ops_[i].label), static_cast<int>(i));
+    index.positions.reserve(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      index.positions.emplace(absl::string_view(ops[i].label), static_cast<int>(i));
     }
   });
   return index.positions;
 }
 
-void Trace::Relink() {
-  label_index_ = std::make_unique<LabelIndex>();  // the ops, and so their labels, changed
-  LinkBuffers();
-}
-
-void Trace::LinkBuffers() {
-  if (buffers_.empty()) return;  // no pass over the ops of a model without buffers
-  for (auto& [address, buffer] : buffers_) {
+void Trace::LinkBuffers(Graph& graph) {
+  std::map<std::string, Buffer>& buffers = graph.buffers;
+  if (buffers.empty()) return;  // no pass over the ops of a model without buffers
+  for (auto& [address, buffer] : buffers) {
     buffer.versions.clear();
     buffer.num_overwrites = 0;
   }
-  for (const Op& op : ops_) {
+  for (const Op& op : graph.ops) {
     if (!op.is_buffer) continue;
-    auto it = buffers_.find(op.address);
-    if (it == buffers_.end()) continue;
+    auto it = buffers.find(op.address);
+    if (it == buffers.end()) continue;
     it->second.versions.push_back(&op);
     if (op.buffer_write_kind.has_value()) ++it->second.num_overwrites;
   }
-  for (auto& [address, buffer] : buffers_) {
+  for (auto& [address, buffer] : buffers) {
     std::stable_sort(buffer.versions.begin(), buffer.versions.end(),
                      [](const Op* a, const Op* b) { return a->buffer_pass < b->buffer_pass; });
     // `initial_value` stays the independent copy the capture took: validation compares the
@@ -255,19 +292,21 @@ OpKind OpKindOf(absl::string_view type, bool is_buffer) {
 }
 
 int Trace::IndexOf(const Op* op) const {
-  if (ops_.empty() || op < ops_.data() || op >= ops_.data() + ops_.size()) return -1;
-  return static_cast<int>(op - ops_.data());
+  const std::vector<Op>& ops = this->ops();
+  if (ops.empty() || op < ops.data() || op >= ops.data() + ops.size()) return -1;
+  return static_cast<int>(op - ops.data());
 }
 
 absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
   absl::StatusOr<ParsedKey> parsed = ParseKey(key);
   if (!parsed.ok()) return parsed.status();
 
+  const Graph& graph = this->graph();
   const absl::flat_hash_map<absl::string_view, int>& labels = by_label();
-  if (auto it = labels.find(key); it != labels.end()) return &ops_[it->second];
+  if (auto it = labels.find(key); it != labels.end()) return &graph.ops[it->second];
 
   // A buffer address, with or without a version.
-  if (auto it = buffers_.find(parsed->base); it != buffers_.end()) {
+  if (auto it = graph.buffers.find(parsed->base); it != graph.buffers.end()) {
     const Buffer& buffer = it->second;
     const int count = static_cast<int>(buffer.versions.size());
     if (parsed->pass.has_value()) {
@@ -293,7 +332,7 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
   if (!parsed->pass.has_value()) {
     const std::string prefix = absl::StrCat(parsed->base, ":");
     std::vector<const Op*> passes;
-    for (const Op& op : ops_) {
+    for (const Op& op : graph.ops) {
       if (absl::string_view(op.label).substr(0, prefix.size()) == prefix) passes.push_back(&op);
     }
     if (passes.size() == 1) return passes.front();
@@ -310,8 +349,8 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
   auto consider = [&](const std::string& name) {
     if (seen.insert(name).second) scored.emplace_back(EditDistance(key, name), name);
   };
-  for (const Op& op : ops_) consider(op.label);
-  for (const auto& [address, buffer] : buffers_) consider(address);
+  for (const Op& op : graph.ops) consider(op.label);
+  for (const auto& [address, buffer] : graph.buffers) consider(address);
   std::sort(scored.begin(), scored.end());
   std::vector<std::string> closest;
   for (size_t i = 0; i < scored.size() && i < 3; ++i) closest.push_back(scored[i].second);
@@ -323,7 +362,7 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
 
 std::vector<const Op*> Trace::buffer_read_ops() const {
   std::vector<const Op*> result;
-  for (const Op& op : ops_) {
+  for (const Op& op : ops()) {
     if (op.is_buffer && !op.buffer_write_kind.has_value()) result.push_back(&op);
   }
   return result;
@@ -331,7 +370,7 @@ std::vector<const Op*> Trace::buffer_read_ops() const {
 
 std::vector<const Op*> Trace::buffer_write_ops() const {
   std::vector<const Op*> result;
-  for (const Op& op : ops_) {
+  for (const Op& op : ops()) {
     if (op.is_buffer && op.buffer_write_kind.has_value()) result.push_back(&op);
   }
   return result;
@@ -339,7 +378,7 @@ std::vector<const Op*> Trace::buffer_write_ops() const {
 
 std::vector<std::string> Trace::input_labels() const {
   std::vector<std::string> result;
-  for (const Op& op : ops_) {
+  for (const Op& op : ops()) {
     if (op.is_input()) result.push_back(op.label);
   }
   return result;
@@ -347,7 +386,7 @@ std::vector<std::string> Trace::input_labels() const {
 
 std::vector<std::string> Trace::output_labels() const {
   std::vector<std::string> result;
-  for (const Op& op : ops_) {
+  for (const Op& op : ops()) {
     if (op.is_output()) result.push_back(op.label);
   }
   return result;

@@ -47,6 +47,7 @@
 #include "absl/base/call_once.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/shared_vector.h"
@@ -309,13 +310,13 @@ class Trace {
   Trace& operator=(Trace&&) noexcept = default;
   ~Trace();  // NOTE [Destroying a trace]
 
-  const std::vector<Op>& ops() const { return ops_; }
+  const std::vector<Op>& ops() const { return graph().ops; }
   // Accepts "relu_1_2:1", "relu_1_2" (when it has one pass), "bn.running_mean:2",
   // "h" (a buffer address with one version), "buffer_1:3", "input_1", "output_1".
   // kInvalidArgument for a malformed key or an ambiguous one; kNotFound (naming the
   // closest labels) for an unknown one.
   absl::StatusOr<const Op*> Find(absl::string_view key) const;
-  const std::map<std::string, Buffer>& buffers() const { return buffers_; }
+  const std::map<std::string, Buffer>& buffers() const { return graph().buffers; }
   const std::map<std::string, Module>& modules() const { return *modules_; }
   const std::map<std::string, Param>& params() const { return *params_; }
   std::vector<const Op*> buffer_read_ops() const;   // is_buffer && !buffer_write_kind
@@ -323,7 +324,7 @@ class Trace {
   std::vector<std::string> input_labels() const;
   std::vector<std::string> output_labels() const;
   // Unjournaled buffer changes accepted under `allow_unjournaled_writes`.
-  const std::vector<TraceDiagnostic>& diagnostics() const { return diagnostics_; }
+  const std::vector<TraceDiagnostic>& diagnostics() const { return graph().diagnostics; }
   // Whether tensor values were saved (`CaptureOptions::save_activations`).
   bool has_saved_values() const { return has_saved_values_; }
   // Whether the model ran in training mode during capture.
@@ -331,17 +332,21 @@ class Trace {
   // Whether the trace holds less than the whole forward pass: it stopped early
   // (CaptureOptions::halt_after) or stopped saving at the memory budget; the reason says
   // which, and at which node.
-  bool partial() const { return !partial_reason_.empty(); }
-  const std::string& partial_reason() const { return partial_reason_; }
+  bool partial() const { return partial_; }
+  const std::string& partial_reason() const { return graph().partial_reason; }
   const CaptureStats& capture_stats() const { return stats_; }
   // Position of `op` in `ops()`; -1 if it does not belong to this trace.
   int IndexOf(const Op* op) const;
   // Position in `ops()` of the node labelled exactly `label`; -1 if there is none.
   int IndexOfLabel(absl::string_view label) const;
 
-  // Assembles a trace from its parts (used by the trace builder, the trace-file loader and
-  // intervention forks). Computes children, buffer projections and lookup indexes.
+  // Assembles a trace from its parts (used by the trace-file loader and intervention
+  // forks). Computes children, buffer projections and lookup indexes.
   static Trace Assemble(TraceParts parts);
+  // A trace whose graph (ops, buffers, diagnostics, partial reason) `build` makes when an
+  // accessor first needs it (NOTE [Graphs built on first use]); the rest is taken from
+  // `known` now. `partial` says whether the built graph will have a partial reason.
+  static Trace Deferred(TraceParts known, bool partial, absl::AnyInvocable<TraceParts()> build);
   // The parts of this trace, for building a fork with Assemble: ops and buffers are copies
   // whose tensors are shared, module and parameter metadata is shared.
   TraceParts Parts() const;
@@ -353,6 +358,30 @@ class Trace {
         std::make_shared<const std::map<std::string, T>>());
     return *empty;
   }
+  // NOTE [Graphs built on first use]
+  // Labelling the nodes and building one `Op` per node (strings, edge lists) costs a capture
+  // about as much as recording the forward did, on small-op models (README "Performance").
+  // A service that captures on its request thread and hands the trace to another thread
+  // (to write it, or validate it) should not pay that on the request thread, and a sampled
+  // capture that is dropped should not pay it at all. So a captured trace keeps its compact
+  // capture record, and the first accessor that needs the graph builds it, once, also when
+  // several threads read the same trace at once; later reads cost an acquire load. What
+  // needs no labels (modules, parameters, stats, flags) is known from the start.
+  struct Graph {
+    absl::once_flag built;
+    absl::AnyInvocable<TraceParts()> build;  // empty when the graph was given built
+    std::vector<Op> ops;
+    std::map<std::string, Buffer> buffers;
+    std::vector<TraceDiagnostic> diagnostics;
+    std::string partial_reason;
+  };
+  // This trace's graph, built first if it is pending.
+  const Graph& graph() const;
+  // Moves the graph of `parts` into `graph`, with children (unless already linked) and
+  // buffer projections.
+  static void AdoptGraph(TraceParts parts, Graph& graph);
+  // The buffer projections (`Buffer::versions`, initial and final values) from the ops.
+  static void LinkBuffers(Graph& graph);
   // NOTE [Lazy label index]
   // Finding an op by label needs a hash index of every label, which costs a capture a
   // hash per op (labels longer than 16 bytes hash slower), and many traces are never
@@ -360,24 +389,19 @@ class Trace {
   // threads search the same trace at once.
   struct LabelIndex {
     absl::once_flag built;
-    absl::flat_hash_map<absl::string_view, int> positions;  // views into ops_ labels
+    absl::flat_hash_map<absl::string_view, int> positions;  // views into the ops' labels
   };
   const absl::flat_hash_map<absl::string_view, int>& by_label() const;
-  // The buffer projections (`Buffer::versions`, initial and final values) from the ops.
-  void LinkBuffers();
-  // A new label index and buffer projections for ops that were copied in.
-  void Relink();
 
-  std::vector<Op> ops_;
-  std::map<std::string, Buffer> buffers_;
+  // Null only in a moved-from trace.
+  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
   std::shared_ptr<const std::map<std::string, Module>> modules_ = Empty<Module>();
   std::shared_ptr<const std::map<std::string, Param>> params_ = Empty<Param>();
-  std::vector<TraceDiagnostic> diagnostics_;
   bool has_saved_values_ = false;
   bool training_ = false;
+  bool partial_ = false;
   CaptureStats stats_;
-  std::string partial_reason_;
-  // Null only in a moved-from trace. Replaced whenever the ops change (`Relink`).
+  // Null only in a moved-from trace. Made anew whenever the ops change.
   std::unique_ptr<LabelIndex> label_index_ = std::make_unique<LabelIndex>();
 };
 
