@@ -1,7 +1,9 @@
 #include "graph/build_trace.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -335,6 +337,14 @@ Trace BuildTrace(CaptureRecord record) {
   known.training = record.training;
   known.stats = record.stats;
   const bool partial = !record.partial_reason.empty();
+  // The record's buffer addresses point into the model's layout, which holds the model's
+  // parameters: a trace kept unread must not keep them alive after the model is gone. The
+  // addresses are copied, and the layout let go.
+  auto addresses = std::make_shared<std::vector<std::string>>();
+  addresses->reserve(record.buffers.size());
+  for (const BufferRecord& buffer : record.buffers) addresses->push_back(*buffer.address);
+  for (size_t b = 0; b < record.buffers.size(); ++b) record.buffers[b].address = &(*addresses)[b];
+  record.layout = std::move(addresses);
   return Trace::Deferred(std::move(known), partial, [record = std::move(record)]() mutable {
     return BuildGraph(std::move(record));
   });

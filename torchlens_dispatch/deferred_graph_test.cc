@@ -37,8 +37,8 @@ struct CounterNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(CounterNet);
 
-const std::vector<std::string> kComputeLabels = {"add__1_1:1", "t_1_2:1",   "addmm_1_3:1",
-                                                 "relu_1_4:1", "t_2_5:1",   "addmm_2_6:1"};
+const std::vector<std::string> kComputeLabels = {"add__1_1:1", "t_1_2:1", "addmm_1_3:1",
+                                                 "relu_1_4:1", "t_2_5:1", "addmm_2_6:1"};
 
 std::vector<std::string> ComputeLabels(const Trace& trace) {
   std::vector<std::string> labels;
@@ -152,6 +152,29 @@ TEST(DeferredGraphTest, CopiesAndMovesOfAPendingTraceHoldTheSameGraph) {
   // The second capture saw the counter at 1 and wrote 2.
   EXPECT_EQ(moved.buffers().at("calls").value_at(1)->item<float>(), 1.0f);
   EXPECT_EQ(moved.buffers().at("calls").final_value.item<float>(), 2.0f);
+}
+
+TEST(DeferredGraphTest, AnUnreadTraceKeepsNoParameterAlive) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  auto net = std::make_unique<CounterNet>();
+  const torch::Tensor x = torch::randn({2, 4});
+  const c10::weak_intrusive_ptr<c10::TensorImpl> weight((*net)->fc1->weight.getIntrusivePtr());
+  CaptureOptions unsaved;
+  unsaved.save_activations = false;
+  absl::StatusOr<Trace> trace;
+  {
+    CaptureGuard guard(**net, unsaved);
+    guard.MarkInputs(x);
+    trace = guard.Finish((*net)->forward(x));
+  }
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  net.reset();
+  // Nothing the capture keeps until its graph is built holds the model's parameters.
+  EXPECT_TRUE(weight.expired());
+  EXPECT_EQ(ComputeLabels(*trace), kComputeLabels);
+  EXPECT_EQ(Get(*trace, "addmm_1_3:1").parent_params,
+            (absl::InlinedVector<std::string, 2>{"fc1.bias"}));
 }
 
 TEST(DeferredGraphTest, ReadingATraceDuringAnotherCaptureRecordsNothing) {
