@@ -320,7 +320,14 @@ void BufferJournal::OnReassign(int32_t buffer, const at::Tensor& tensor) {
     tensors_->SetFormerBuffer(state.holder, buffer, state.version);
   }
   Unindex(buffer);
-  state.former_holders.push_back(state.holder);
+  // NOTE [Former holders kept alive]
+  // A capture that keeps values identifies tensors by address alone, so a former holder
+  // is kept alive: its address must not come back as a new tensor's. Without kept values
+  // the recorder pinned its entry's version counter instead (SetFormerBuffer), which
+  // tells a new tensor at that address apart, and it dies when the model drops it, as in
+  // the plain forward (a recurrent state reassigned at every step would otherwise keep
+  // every step's tensor to the end of the capture).
+  if (KeepsValues()) state.former_holders.push_back(state.holder);
   // The new tensor's producer (none for a tensor from outside the capture) is the
   // version's producer.
   SourceRecord producer = tensors_->SourceOf(tensor);

@@ -104,10 +104,11 @@ class BufferJournal {
     int64_t original_offset = 0;
     at::DimVector original_sizes, original_strides;  // inline: no heap block per buffer
     at::Tensor holder;                               // the registered tensor as last seen
-    std::vector<at::Tensor> former_holders;          // kept alive: see NOTE [Tensor identity]
-    const c10::StorageImpl* storage = nullptr;       // where `holder` is indexed
-    int64_t begin_byte = 0, end_byte = 0;            // range of `holder` in its storage
-    int32_t version = -1;                            // current version node
+    // Earlier holders, when kept alive (NOTE [Former holders kept alive] in the .cc).
+    std::vector<at::Tensor> former_holders;
+    const c10::StorageImpl* storage = nullptr;  // where `holder` is indexed
+    int64_t begin_byte = 0, end_byte = 0;       // range of `holder` in its storage
+    int32_t version = -1;                       // current version node
     // Copy of the current version's value (the initial value until the first write):
     // compared against to see fused writes change a value and unjournaled changes. See
     // NOTE [Reassigned values by reference] for when it is the holder itself.

@@ -339,6 +339,40 @@ TEST(BuffersTest, UnsavedRecurrentStateEndsWithEagerValue) {
   }
 }
 
+// NOTE [Former holders kept alive]: without saved values each step's former state dies
+// when the model drops it, and a new tensor at its address is told apart by its version
+// counter. The edges are those of a saved capture, which keeps them all alive: step k's
+// linear reads version k of `h`, and version k + 1 is step k's tanh.
+TEST(BuffersTest, UnsavedRecurrentStateKeepsItsEdgesAsStepsAreFreed) {
+  CaptureOptions unsaved;
+  unsaved.save_activations = false;
+  absl::StatusOr<Trace> saved_trace = Capture("recurrent_loop");
+  absl::StatusOr<Trace> unsaved_trace = Capture("recurrent_loop", unsaved);
+  ASSERT_TRUE(saved_trace.ok()) << saved_trace.status();
+  ASSERT_TRUE(unsaved_trace.ok()) << unsaved_trace.status();
+  for (const Trace* trace : {&*saved_trace, &*unsaved_trace}) {
+    SCOPED_TRACE(trace->has_saved_values());
+    const Buffer& h = trace->buffers().at("h");
+    ASSERT_EQ(h.versions.size(), 5u);  // the initial read, then four reassignments
+    std::vector<const Op*> linears, tanhs;
+    for (const Op& op : trace->ops()) {
+      if (op.type == "linear") linears.push_back(&op);
+      if (op.type == "tanh") tanhs.push_back(&op);
+    }
+    ASSERT_EQ(linears.size(), 4u);
+    ASSERT_EQ(tanhs.size(), 4u);
+    for (size_t k = 0; k < 4; ++k) {
+      EXPECT_THAT(linears[k]->parents, ElementsAre(h.versions[k]->label)) << k;
+      EXPECT_THAT(h.versions[k + 1]->parents, ElementsAre(tanhs[k]->label)) << k;
+    }
+  }
+  ASSERT_EQ(testing_util::Labels(*saved_trace), testing_util::Labels(*unsaved_trace));
+  for (size_t i = 0; i < saved_trace->ops().size(); ++i) {
+    EXPECT_EQ(saved_trace->ops()[i].parents, unsaved_trace->ops()[i].parents)
+        << saved_trace->ops()[i].label;
+  }
+}
+
 TEST(BuffersTest, RawWriteAfterUnsavedReassignmentIsUnjournaled) {
   testdata::Expected expected("recurrent_loop");
   for (bool allow : {false, true}) {

@@ -485,33 +485,42 @@ void Recorder::PrepareNestedWrites(const OpInfo& info, const torch::jit::Stack& 
   }
 }
 
+bool Recorder::Stale(const TensorEntry& entry, const c10::TensorImpl* impl) const {
+  // See NOTE [Address reuse in unsaved mode]. A streaming capture's entries pin their
+  // tensors' addresses (NOTE [Streaming identity]): a dead tensor's entry stays.
+  if (streaming_) return false;
+  return (entry.version.enabled() &&
+          CounterOf(entry.version) != CounterOf(impl->version_counter())) ||
+         (entry.alive.has_value() && entry.alive->expired());
+}
+
 Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
   auto it = tensors_.find(impl);
   if (it == tensors_.end()) return nullptr;
-  // See NOTE [Address reuse in unsaved mode]. A streaming capture's entries pin their
-  // tensors' addresses (NOTE [Streaming identity]): a dead tensor's entry stays.
-  const TensorEntry& entry = it->second;
-  if (streaming_) return &it->second;
-  if ((entry.version.enabled() && CounterOf(entry.version) != CounterOf(impl->version_counter())) ||
-      (entry.alive.has_value() && entry.alive->expired())) {
+  if (Stale(it->second, impl)) {
     tensors_.erase(it);  // a new tensor at a freed tensor's address
     return nullptr;
   }
   return &it->second;
 }
 
-void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
-  if (streaming_ && entry.param < 0 && entry.buffer < 0) {
-    entry.alive.emplace(tensor.getIntrusivePtr());  // NOTE [Streaming identity]
-  } else if (!options_.save_activations && entry.param < 0 && entry.buffer < 0) {
+void Recorder::Pin(const at::Tensor& tensor, TensorEntry* entry) {
+  if (entry->param >= 0 || entry->buffer >= 0) return;
+  if (streaming_) {
+    entry->alive.emplace(tensor.getIntrusivePtr());  // NOTE [Streaming identity]
+  } else if (!options_.save_activations) {
     // See NOTE [Address reuse in unsaved mode].
     const c10::VariableVersion& version = tensor.unsafeGetTensorImpl()->version_counter();
     if (version.enabled()) {
-      entry.version = version;
+      entry->version = version;
     } else {
-      entry.alive.emplace(tensor.getIntrusivePtr());
+      entry->alive.emplace(tensor.getIntrusivePtr());
     }
   }
+}
+
+void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
+  Pin(tensor, &entry);
   tensors_.insert_or_assign(tensor.unsafeGetTensorImpl(), std::move(entry));
 }
 
@@ -610,25 +619,28 @@ void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tens
   }
   record_.AddOutput(node, tensor, slot);
   if (!tensor.defined()) return;
-  TensorEntry* existing = Lookup(tensor.unsafeGetTensorImpl());
-  if (existing != nullptr && (existing->buffer >= 0 || existing->buffer_view >= 0)) {
+  // One probe of the table, which the forward evicts between ops: an op's output is
+  // mostly a tensor it has not seen, and its entry is made where the probe ended.
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  auto [it, inserted] = tensors_.try_emplace(impl);
+  TensorEntry& entry = it->second;
+  if (!inserted && Stale(entry, impl)) {
+    entry = TensorEntry();  // a new tensor at a freed tensor's address
+    inserted = true;
+  }
+  if (!inserted && (entry.buffer >= 0 || entry.buffer_view >= 0)) {
     // The op returned the registered buffer itself (an in-place write): its new version,
     // committed next, becomes the producer. See NOTE [Tensor identity].
     return;
   }
-  TensorEntry entry;
   entry.node = node;
   entry.output_index = output_index;
   entry.slot = slot;
-  if (existing != nullptr) {
-    entry.aliases_buffer = existing->aliases_buffer;
-    entry.version = existing->version;
-    entry.alive = existing->alive;
-    *existing = std::move(entry);
-    return;
-  }
+  entry.param = -1;  // a parameter written in place is now this op's output
+  entry.former_buffer = -1;
+  if (!inserted) return;  // an in-place op's output: it keeps its pins and aliasing
   if (touches_buffer) entry.aliases_buffer = AliasesBuffer(tensor);
-  Remember(tensor, std::move(entry));
+  Pin(tensor, &entry);
 }
 
 bool Recorder::IsWithin(int32_t inner, int32_t outer) {

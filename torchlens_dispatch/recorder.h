@@ -281,6 +281,9 @@ class Recorder : private BufferJournal::Tensors {
   // Resolves one tensor argument to its source, creating input or buffer read nodes.
   SourceRecord Resolve(const at::Tensor& tensor, bool* touches_buffer, int32_t* owner_module);
   TensorEntry* Lookup(const c10::TensorImpl* impl);
+  // Whether `entry`, found at `impl`'s address, belongs to a dead tensor whose address
+  // `impl` reuses (NOTE [Address reuse in unsaved mode]).
+  bool Stale(const TensorEntry& entry, const c10::TensorImpl* impl) const;
   // The entry of a tensor first seen now: a parameter (from the layout) or from outside.
   // Valid until the next call (a parameter's entry in unsaved mode is not kept).
   TensorEntry* AddUnseen(const at::Tensor& tensor);
@@ -308,6 +311,10 @@ class Recorder : private BufferJournal::Tensors {
   // would hold, as a saved value aliasing the storage does.
   at::Tensor StreamedAlias(const c10::Storage& storage, int32_t slot) const;
   void Remember(const at::Tensor& tensor, TensorEntry entry);
+  // What tells a later lookup whether `tensor` is still the one at its address, for an
+  // entry that is neither a parameter nor a buffer (NOTE [Address reuse in unsaved mode],
+  // NOTE [Streaming identity]).
+  void Pin(const at::Tensor& tensor, TensorEntry* entry);
   // Adds unindexed_values_ to storages_; called before storages_ is read for saved values.
   void IndexSavedValues();
   // Whether `tensor` shares its storage with a registered buffer.

@@ -180,6 +180,7 @@ void Recorder::SetFormerBuffer(const at::Tensor& tensor, int32_t buffer, int32_t
   TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl());
   if (entry == nullptr) return;
   entry->buffer = -1;
+  Pin(tensor, entry);            // NOTE [Former holders kept alive] in buffer_journal.cc
   if (entry->node >= 0) return;  // it keeps its producer
   // See NOTE [Former registered tensors].
   if (version < 0) {
