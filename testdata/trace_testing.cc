@@ -20,6 +20,14 @@ std::vector<std::string> Labels(const Trace& trace) {
   return labels;
 }
 
+std::vector<const Op*> OpsOfType(const Trace& trace, const std::string& type) {
+  std::vector<const Op*> ops;
+  for (const Op& op : trace.ops()) {
+    if (op.type == type) ops.push_back(&op);
+  }
+  return ops;
+}
+
 const Op& Get(const Trace& trace, const std::string& key) {
   absl::StatusOr<const Op*> op = trace.Find(key);
   EXPECT_TRUE(op.ok()) << op.status();

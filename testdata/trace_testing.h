@@ -19,6 +19,9 @@ Trace Capture(const std::string& name, CaptureOptions options = {});
 // Every node's label, in execution order.
 std::vector<std::string> Labels(const Trace& trace);
 
+// The nodes of `type` ("linear", "buffer", ...), in execution order.
+std::vector<const Op*> OpsOfType(const Trace& trace, const std::string& type);
+
 // trace.Find(key), failing the test (and returning an empty Op) when it is not found.
 const Op& Get(const Trace& trace, const std::string& key);
 

@@ -354,11 +354,8 @@ TEST(BuffersTest, UnsavedRecurrentStateKeepsItsEdgesAsStepsAreFreed) {
     SCOPED_TRACE(trace->has_saved_values());
     const Buffer& h = trace->buffers().at("h");
     ASSERT_EQ(h.versions.size(), 5u);  // the initial read, then four reassignments
-    std::vector<const Op*> linears, tanhs;
-    for (const Op& op : trace->ops()) {
-      if (op.type == "linear") linears.push_back(&op);
-      if (op.type == "tanh") tanhs.push_back(&op);
-    }
+    const std::vector<const Op*> linears = testing_util::OpsOfType(*trace, "linear");
+    const std::vector<const Op*> tanhs = testing_util::OpsOfType(*trace, "tanh");
     ASSERT_EQ(linears.size(), 4u);
     ASSERT_EQ(tanhs.size(), 4u);
     for (size_t k = 0; k < 4; ++k) {

@@ -278,13 +278,10 @@ TEST(NnCaptureTest, OverwrittenLargeSavedValuesKeepTheirValueBeforeTheWrite) {
   const torch::Tensor out = net->forward(x);
   absl::StatusOr<Trace> trace = guard.Finish(out);
   ASSERT_TRUE(trace.ok()) << trace.status();
-  std::vector<const Op*> muls, views, slices, transposes;
-  for (const Op& op : trace->ops()) {
-    if (op.type == "mul") muls.push_back(&op);
-    if (op.type == "view") views.push_back(&op);
-    if (op.type == "slice") slices.push_back(&op);
-    if (op.type == "transpose") transposes.push_back(&op);
-  }
+  const std::vector<const Op*> muls = testing_util::OpsOfType(*trace, "mul");
+  const std::vector<const Op*> views = testing_util::OpsOfType(*trace, "view");
+  const std::vector<const Op*> slices = testing_util::OpsOfType(*trace, "slice");
+  const std::vector<const Op*> transposes = testing_util::OpsOfType(*trace, "transpose");
   ASSERT_EQ(muls.size(), 3u);
   ASSERT_EQ(views.size(), 1u);
   ASSERT_EQ(slices.size(), 1u);
@@ -334,11 +331,8 @@ TEST(NnCaptureTest, SavedViewsOfModelStateKeepTheirValuesAfterTheCapture) {
     net->table.fill_(-1.0);
     net->scale.fill_(-1.0);
   }
-  std::vector<const Op*> selects, narrows;
-  for (const Op& op : trace->ops()) {
-    if (op.type == "select") selects.push_back(&op);
-    if (op.type == "narrow") narrows.push_back(&op);
-  }
+  const std::vector<const Op*> selects = testing_util::OpsOfType(*trace, "select");
+  const std::vector<const Op*> narrows = testing_util::OpsOfType(*trace, "narrow");
   ASSERT_EQ(selects.size(), 1u);
   ASSERT_EQ(narrows.size(), 2u);
   // By hand: the table's second row is 3, 4, 5; the scale halved is 1, 1, 1.

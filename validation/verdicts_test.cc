@@ -605,10 +605,7 @@ TEST(VerdictsTest, OpsThatReadWhatTheyWriteAreUnprovedNotFailed) {
 TEST(VerdictsTest, ParametersWrittenThroughViewsAreReadAfterTheWrite) {
   const testdata::Expected expected("param_view_writes");
   const Trace trace = Capture("param_view_writes");
-  std::vector<const Op*> linears;
-  for (const Op& op : trace.ops()) {
-    if (op.type == "linear") linears.push_back(&op);
-  }
+  const std::vector<const Op*> linears = testing_util::OpsOfType(trace, "linear");
   ASSERT_EQ(linears.size(), 2u);
   EXPECT_THAT(linears[0]->parent_params, ElementsAre("lin.weight", "lin.bias"));
   // The second reads the weight and the bias as the writes left them: alias writes.
