@@ -1,6 +1,7 @@
 #include "graph/trace.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -148,9 +149,25 @@ const Trace::Graph& Trace::graph() const {
   Graph& graph = *graph_;
   absl::call_once(graph.built, [&graph] {
     if (!graph.build) return;
-    TraceParts parts = std::move(graph.build)();
-    graph.build = nullptr;  // frees what the builder held (the capture record)
-    AdoptGraph(std::move(parts), graph);
+    // Frees what the builder held (the capture record) when it returns.
+    absl::AnyInvocable<TraceParts()> build = std::exchange(graph.build, nullptr);
+    std::string failure;
+    try {
+      AdoptGraph(std::move(build)(), graph);
+      return;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    } catch (...) {
+      failure = "an exception that is not a std::exception";
+    }
+    graph.ops.clear();
+    graph.buffers.clear();
+    graph.partial_reason =
+        absl::StrCat("building this trace's graph failed (", failure,
+                     "), so it holds no ops; capture again, saving fewer values if memory ran out "
+                     "(CaptureOptions::save_activations, save_modules, max_saved_bytes)");
+    graph.diagnostics = {TraceDiagnostic{"", graph.partial_reason, ""}};
+    graph.failed.store(true, std::memory_order_release);
   });
   return graph;
 }

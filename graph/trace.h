@@ -37,6 +37,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -332,7 +333,11 @@ class Trace {
   // Whether the trace holds less than the whole forward pass: it stopped early
   // (CaptureOptions::halt_after) or stopped saving at the memory budget; the reason says
   // which, and at which node.
-  bool partial() const { return partial_; }
+  // A trace whose graph could not be built (NOTE [Graphs built on first use]) is partial
+  // once the build was tried, with the reason.
+  bool partial() const {
+    return graph_ != nullptr && (partial_ || graph_->failed.load(std::memory_order_acquire));
+  }
   const std::string& partial_reason() const { return graph().partial_reason; }
   const CaptureStats& capture_stats() const { return stats_; }
   // Position of `op` in `ops()`; -1 if it does not belong to this trace.
@@ -367,9 +372,13 @@ class Trace {
   // capture record, and the first accessor that needs the graph builds it, once, also when
   // several threads read the same trace at once; later reads cost an acquire load. What
   // needs no labels (modules, parameters, stats, flags) is known from the start.
+  // `absl::call_once` does not survive an exception (every later reader would wait
+  // forever), and the record is gone once the builder ran: a build that throws (out of
+  // memory) leaves an empty graph whose partial reason and diagnostic say why.
   struct Graph {
     absl::once_flag built;
     absl::AnyInvocable<TraceParts()> build;  // empty when the graph was given built
+    std::atomic<bool> failed{false};         // the build threw
     std::vector<Op> ops;
     std::map<std::string, Buffer> buffers;
     std::vector<TraceDiagnostic> diagnostics;

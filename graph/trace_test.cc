@@ -4,6 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#include <new>
+#include <thread>
+#include <utility>
+
 #include "gmock/gmock.h"
 #include "graph/dead_nodes.h"
 #include "graph/trace_builder.h"
@@ -105,6 +109,52 @@ TEST(TraceTest, PartsAndAssembleMakeAnEqualForkThatSharesTensors) {
   // The fork's buffer projections point into the fork.
   EXPECT_EQ(fork.IndexOf(fork.buffers().at("b").versions[1]), 6);
   EXPECT_EQ(trace.IndexOf(fork.buffers().at("b").versions[1]), -1);
+}
+
+// NOTE [Graphs built on first use]: a build that throws leaves an empty, partial graph,
+// and every later read, from any thread, returns instead of waiting for a build that
+// will never end.
+TEST(TraceTest, AGraphWhoseBuildThrowsIsEmptyAndPartial) {
+  const Trace source = Example();
+  TraceParts known = source.Parts();
+  known.ops.clear();
+  known.buffers.clear();
+  int builds = 0;
+  Trace trace = Trace::Deferred(std::move(known), /*partial=*/false, [&builds]() -> TraceParts {
+    ++builds;
+    throw std::bad_alloc();
+  });
+  EXPECT_FALSE(trace.partial());  // nothing tried yet
+  EXPECT_TRUE(trace.ops().empty());
+  EXPECT_TRUE(trace.partial());
+  EXPECT_THAT(trace.partial_reason(), HasSubstr("building this trace's graph failed"));
+  ASSERT_EQ(trace.diagnostics().size(), 1u);
+  EXPECT_EQ(trace.diagnostics()[0].message, trace.partial_reason());
+  EXPECT_EQ(trace.Find("relu_1_1:1").status().code(), absl::StatusCode::kNotFound);
+  std::thread other([&trace] { EXPECT_TRUE(trace.buffers().empty()); });
+  other.join();
+  EXPECT_EQ(builds, 1);
+  // Known without the graph, kept.
+  EXPECT_EQ(trace.has_saved_values(), source.has_saved_values());
+}
+
+// A deferred graph is built once, by the first read, and moves with its trace.
+TEST(TraceTest, ADeferredGraphIsBuiltOnceByTheFirstRead) {
+  const Trace source = Example();
+  int builds = 0;
+  Trace trace = Trace::Deferred(TraceParts(), /*partial=*/false, [&]() -> TraceParts {
+    ++builds;
+    return source.Parts();
+  });
+  EXPECT_EQ(builds, 0);
+  Trace moved = std::move(trace);
+  EXPECT_EQ(builds, 0);
+  EXPECT_EQ(moved.ops().size(), source.ops().size());
+  EXPECT_EQ(moved.Find("relu_1_1:1").value()->label, "relu_1_1:1");
+  EXPECT_EQ(moved.buffers().at("b").num_overwrites, 1);
+  EXPECT_EQ(builds, 1);
+  EXPECT_FALSE(trace.partial());     // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_TRUE(trace.ops().empty());  // NOLINT(bugprone-use-after-move)
 }
 
 }  // namespace
