@@ -106,20 +106,9 @@ absl::StatusOr<at::Tensor> Buffer::value_after(int n) const {
   return value_at(read_versions + n);
 }
 
-Trace::Trace(const Trace& other)
-    : modules_(other.modules_),
-      params_(other.params_),
-      has_saved_values_(other.has_saved_values_),
-      training_(other.training_),
-      partial_(other.partial_),
-      stats_(other.stats_) {
-  const Graph& from = other.graph();
-  graph_->ops = from.ops;
-  graph_->buffers = from.buffers;
-  graph_->diagnostics = from.diagnostics;
-  graph_->partial_reason = from.partial_reason;
-  LinkBuffers(*graph_);  // the copied projections point into `other`
-}
+// Parts() builds `other`'s graph first and copies it; Assemble relinks the copy's buffer
+// projections to the copy's own ops.
+Trace::Trace(const Trace& other) : Trace(Assemble(other.Parts())) {}
 
 // NOTE [Destroying a trace]
 // A trace owns a few heap blocks per op (labels longer than the string's inline buffer,
@@ -202,26 +191,25 @@ void Trace::AdoptGraph(TraceParts parts, Graph& graph) {
   LinkBuffers(graph);
 }
 
-Trace Trace::Assemble(TraceParts parts) {
+Trace Trace::WithoutGraph(TraceParts& parts, bool partial) {
   Trace trace;
   if (parts.modules) trace.modules_ = std::move(parts.modules);
   if (parts.params) trace.params_ = std::move(parts.params);
   trace.has_saved_values_ = parts.has_saved_values;
   trace.training_ = parts.training;
-  trace.partial_ = !parts.partial_reason.empty();
+  trace.partial_ = partial;
   trace.stats_ = parts.stats;
+  return trace;
+}
+
+Trace Trace::Assemble(TraceParts parts) {
+  Trace trace = WithoutGraph(parts, !parts.partial_reason.empty());
   AdoptGraph(std::move(parts), *trace.graph_);
   return trace;
 }
 
 Trace Trace::Deferred(TraceParts known, bool partial, absl::AnyInvocable<TraceParts()> build) {
-  Trace trace;
-  if (known.modules) trace.modules_ = std::move(known.modules);
-  if (known.params) trace.params_ = std::move(known.params);
-  trace.has_saved_values_ = known.has_saved_values;
-  trace.training_ = known.training;
-  trace.partial_ = partial;
-  trace.stats_ = known.stats;
+  Trace trace = WithoutGraph(known, partial);
   trace.graph_->build = std::move(build);
   return trace;
 }

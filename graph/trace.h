@@ -384,6 +384,9 @@ class Trace {
     std::vector<TraceDiagnostic> diagnostics;
     std::string partial_reason;
   };
+  // A trace with what `parts` says of the model and the capture (modules, parameters,
+  // flags, stats), taken out of `parts`, and an empty graph.
+  static Trace WithoutGraph(TraceParts& parts, bool partial);
   // This trace's graph, built first if it is pending.
   const Graph& graph() const;
   // Moves the graph of `parts` into `graph`, with children (unless already linked) and
