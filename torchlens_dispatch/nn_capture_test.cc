@@ -14,6 +14,7 @@
 #include "testdata/trace_testing.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/ops/capture_key.h"
+#include "validation/validate.h"
 
 namespace torchlens {
 namespace {
@@ -197,23 +198,36 @@ TORCH_MODULE(AddressReuse);
 
 TEST(NnCaptureTest, TensorFromOutsideAtAFreedAddressIsAConstant) {
   AddressReuse net;
-  const torch::Tensor x = torch::tensor({1.0, 2.0, 3.0});
   // Unsaved (version counters tell tensors apart), unsaved under InferenceMode (tensors
-  // have no counter: weak references do), and saved (values keep addresses taken).
-  for (const auto& [save, inference] : {std::pair{false, false}, {false, true}, {true, false}}) {
-    SCOPED_TRACE(testing::Message() << "save " << save << " inference " << inference);
+  // have no counter: weak references do), saved (values keep addresses taken), saved
+  // selectively (only `add`: the freed `mul` output is not held), and saved with grad (the
+  // value saved is a detached alias, which does not hold the freed TensorImpl).
+  struct Case {
+    bool save;
+    bool inference;
+    bool selective;
+    bool requires_grad;
+  };
+  for (const Case& c : {Case{false, false, false, false}, Case{false, true, false, false},
+                        Case{true, false, false, false}, Case{true, false, true, false},
+                        Case{true, false, false, true}}) {
+    SCOPED_TRACE(testing::Message() << "save " << c.save << " inference " << c.inference
+                                    << " selective " << c.selective << " grad " << c.requires_grad);
     std::optional<c10::InferenceMode> inference_mode;
-    if (inference) inference_mode.emplace();
+    if (c.inference) inference_mode.emplace();
+    const torch::Tensor x = torch::tensor({1.0, 2.0, 3.0}).requires_grad_(c.requires_grad);
     CaptureOptions options;
-    options.save_activations = save;
+    options.save_activations = c.save;
+    if (c.selective) options.save_types = {"add"};
     CaptureGuard guard(*net, options);
     guard.MarkInputs(x);
     const torch::Tensor out = net->forward(x);
     absl::StatusOr<Trace> trace = guard.Finish(out);
     ASSERT_TRUE(trace.ok()) << trace.status();
-    if (inference) {
+    const bool held = c.save && !c.selective && !c.requires_grad;
+    if (c.inference) {
       EXPECT_FALSE(net->reused);  // the weak reference keeps the freed TensorImpl's memory
-    } else if (!save && kAllocatorReusesAddresses) {
+    } else if (!held && kAllocatorReusesAddresses) {
       ASSERT_TRUE(net->reused) << "the allocator did not reuse the address; test is void";
     }
     // NOTE [Constants]: the tensor from outside has a source node of its own.
@@ -340,6 +354,54 @@ TEST(NnCaptureTest, SavedViewsOfModelStateKeepTheirValuesAfterTheCapture) {
   EXPECT_TRUE(torch::equal(narrows[0]->out, torch::tensor({1.0f, 1.0f})));  // the scale's
   EXPECT_TRUE(torch::equal(Get(*trace, "output_1").out, torch::tensor({{4.0f, 5.0f}})));
   EXPECT_GE(trace->capture_stats().copy_on_write_clones, 2);
+}
+
+// A write through a view of a tensor the capture does not save (a selective capture that
+// saves only `add`) is an alias write as in the other modes: the op reading the base
+// afterwards hangs off the writer, not off the stale producer (NOTE [Writes through
+// views]).
+struct WriteThroughViewImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor doubled = x * 2;
+    doubled.narrow(0, 0, 1).mul_(10);
+    return doubled + 1;
+  }
+};
+TORCH_MODULE(WriteThroughView);
+
+TEST(NnCaptureTest, WriteThroughAViewOfAnUnsavedTensorIsAnAliasWrite) {
+  WriteThroughView net;
+  const torch::Tensor x = torch::tensor({1.0, 2.0, 3.0});
+  // Unsaved, saved, selective (only `add` saved), and saved over a budget from the start.
+  for (int mode = 0; mode < 4; ++mode) {
+    SCOPED_TRACE(testing::Message() << "mode " << mode);
+    CaptureOptions options;
+    options.save_activations = mode != 0;
+    if (mode == 2) options.save_types = {"add"};
+    if (mode == 3) {
+      options.max_saved_bytes = 0;
+      options.partial_on_budget = true;
+    }
+    CaptureGuard guard(*net, options);
+    guard.MarkInputs(x);
+    const torch::Tensor out = net->forward(x);
+    absl::StatusOr<Trace> trace = guard.Finish(out);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    // mul_ wrote `doubled` through the narrow view: add reads the write, not mul's output.
+    EXPECT_THAT(Get(*trace, "mul__1_3:1").parents, ElementsAre("narrow_1_2:1", "mul_1_1:1"));
+    EXPECT_THAT(Get(*trace, "add_1_4:1").parents, ElementsAre("mul__1_3:1"));
+    EXPECT_THAT(Get(*trace, "mul_1_1:1").children, ElementsAre("narrow_1_2:1", "mul__1_3:1"));
+    if (mode == 0) continue;
+    absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->passed) << testing::PrintToString(report->failures);
+    if (mode == 2) {
+      // (1, 2, 3) doubled, its first element times 10, plus 1.
+      EXPECT_TRUE(torch::equal(Get(*trace, "add_1_4:1").out, torch::tensor({21.0, 5.0, 7.0})));
+      EXPECT_FALSE(Get(*trace, "mul_1_1:1").out.defined());
+      EXPECT_THAT(report->not_checked, testing::Contains("mul_1_1:1"));
+    }
+  }
 }
 
 }  // namespace

@@ -143,6 +143,7 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
     for (const c10::Argument& ret : schema.returns()) {
       if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) info.returns_view = true;
     }
+    if (schema.name() == "aten::set_") info.returns_view = true;
     info.nested_watched = WriteWatchCovers(op);
     info.uninitialized = Uninitialized(schema.name());
   }
@@ -326,7 +327,9 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   prepared.op_index = info->index;
   prepared.num_returns = info->num_returns;
   prepared.uninitialized = info->uninitialized;
-  if (info->returns_view && !saves_) {
+  if (info->returns_view && !prepared.save) {
+    // Its values are not kept, with or without saved values (a selective capture, or one
+    // over its budget): the aliases are indexed as without saved values.
     for (const c10::IValue& arg : args) {
       ForEachTensor(arg, [&](const at::Tensor& t) {
         if (t.defined() && t.has_storage()) prepared.view_bases.push_back(t);
@@ -504,12 +507,19 @@ Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
   return &it->second;
 }
 
+Recorder::TensorEntry* Recorder::Find(const c10::TensorImpl* impl, bool dead) {
+  if (!dead) return Lookup(impl);
+  auto it = tensors_.find(impl);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
 void Recorder::Pin(const at::Tensor& tensor, TensorEntry* entry) {
   if (entry->param >= 0 || entry->buffer >= 0) return;
   if (streaming_) {
     entry->alive.emplace(tensor.getIntrusivePtr());  // NOTE [Streaming identity]
-  } else if (!options_.save_activations) {
-    // See NOTE [Address reuse in unsaved mode].
+  } else if (entry->slot < 0 || record_.record().slots[entry->slot].unsafeGetTensorImpl() !=
+                                    tensor.unsafeGetTensorImpl()) {
+    // See NOTE [Address reuse in unsaved mode]: no saved value holds this TensorImpl.
     const c10::VariableVersion& version = tensor.unsafeGetTensorImpl()->version_counter();
     if (version.enabled()) {
       entry->version = version;
@@ -633,12 +643,22 @@ void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tens
     // committed next, becomes the producer. See NOTE [Tensor identity].
     return;
   }
+  const bool was_saved = entry.slot >= 0;
   entry.node = node;
   entry.output_index = output_index;
   entry.slot = slot;
   entry.param = -1;  // a parameter written in place is now this op's output
   entry.former_buffer = -1;
-  if (!inserted) return;  // an in-place op's output: it keeps its pins and aliasing
+  if (!inserted) {
+    // An in-place op's output: it keeps its pins and aliasing. Its value saved before no
+    // longer indexes it; when this one is not saved, later writes through its views find
+    // it among the aliases (NOTE [Writes through views]).
+    if (was_saved && slot < 0 && tensor.has_storage()) {
+      StorageEntry* storage = nullptr;
+      IndexAlias(tensor, tensor.storage().unsafeGetStorageImpl(), &storage);
+    }
+    return;
+  }
   if (touches_buffer) entry.aliases_buffer = AliasesBuffer(tensor);
   Pin(tensor, &entry);
 }

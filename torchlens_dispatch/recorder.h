@@ -23,7 +23,11 @@
 // NOTE [Address reuse in unsaved mode]
 // Without saved values the capture holds no tensor, so a freed TensorImpl's address can
 // come back as a new tensor; one from outside the capture (a constant the interpreter
-// makes without dispatching) must not inherit the dead tensor's producer. An entry pins
+// makes without dispatching) must not inherit the dead tensor's producer. With saved
+// values too, some tensors are held by no saved value: the ops a selective capture does
+// not save (NOTE [Selective saving]), and those that require grad, whose saved value is a
+// detached alias (another TensorImpl). Every entry whose TensorImpl its slot does not
+// hold is pinned as below; the name of this note is older than that rule. An entry pins
 // the tensor's version counter: a small object that every new tensor allocates, shared
 // only by views and detached aliases of the same data, so a different counter at a known
 // address means a different tensor. Pinning it, not the TensorImpl (a weak reference),
@@ -60,8 +64,21 @@
 // with its value after the write saved by reference again, and the write remembers the
 // tensor's earlier source and both geometries so that replay can redo it (NOTE [Writes
 // through aliases] in validation/replay.h). Saved values are indexed by storage anyway; a
-// capture without saved values indexes instead the tensors that view ops return and the
-// arguments they alias (only view ops pay for it), so its edges follow the same writes.
+// view op whose values are not saved (every op without saved values, the ops a selective
+// capture does not select, those after a budget ran out) indexes instead the tensors it
+// returns and the arguments they alias (only view ops pay for it), so its edges follow
+// the same writes.
+//
+// NOTE [Dead views are written too]
+// A saved value keeps the tensor it came from alive, so a temporary view (`x[1:]` in
+// `x[1:].select(0, 0).mul_(2)`) gets an alias write of the later write even after the
+// program dropped it, and the write's parents include the view's producer. A trace must
+// have the same edges whatever it saves (a selective capture, one over its budget,
+// streaming to a sink), so the alias index of unsaved views keeps dead tensors too:
+// weakly, so that neither their data nor their storage's data is kept, while the
+// addresses of the TensorImpl and of the StorageImpl stay pinned until the capture ends
+// and no new tensor can be mistaken for them. (VerdictsTest.EdgesAreTheSameWhatever-
+// TheCaptureSaves compares the edges of every issue model across these captures.)
 //
 // NOTE [Buffer writes]
 // A write is attributed to a registered buffer by StorageImpl identity, then by byte range
@@ -198,7 +215,9 @@ class Recorder : private BufferJournal::Tensors {
     c10::Symbol symbol;  // for matching marked sites
     // Consumes randomness: tagged nondeterministic_seeded or takes a Generator.
     bool random = false;
-    bool returns_view = false;    // a return aliases an argument (select, view, transpose)
+    // A return aliases an argument (select, view, transpose), or `set_`, whose self takes
+    // the source's storage.
+    bool returns_view = false;
     bool nested_watched = false;  // WriteWatchCovers(op)
     bool uninitialized = false;   // returns memory it never wrote (aten::empty)
     std::string type;             // "add", as labels name it (OpTypeName)
@@ -213,7 +232,7 @@ class Recorder : private BufferJournal::Tensors {
     int32_t former_buffer = -1;   // was it, unread (NOTE [Former registered tensors])
     int32_t buffer_view = -1;     // made without dispatch in the place of this buffer
     bool aliases_buffer = false;  // its storage overlaps a buffer's storage
-    // Unsaved mode only: see NOTE [Address reuse in unsaved mode].
+    // When no saved value holds the TensorImpl: NOTE [Address reuse in unsaved mode].
     c10::VariableVersion version{c10::VariableVersion::DISABLED};
     std::optional<WeakImpl> alive;
   };
@@ -223,17 +242,19 @@ class Recorder : private BufferJournal::Tensors {
     int32_t slot;
     const c10::TensorImpl* tensor;
   };
-  // A tensor sharing its storage with a view of it, in a capture without saved values
-  // (NOTE [Writes through views]). Held weakly: views die while their storage lives on,
-  // and a dead one's address must be neither read nor mistaken for a new tensor's.
+  // A tensor sharing its storage with a view of it, whose values are not saved (NOTE
+  // [Writes through views]). Held weakly: the index neither keeps its data alive nor lets
+  // its address go to a new tensor, so a dead one still gets its alias writes, as a saved
+  // value would (NOTE [Dead views are written too]).
   struct AliasedTensor {
     WeakImpl alive;
     int64_t begin_byte, end_byte;
   };
   struct StorageEntry {
     absl::InlinedVector<SavedValue, 2> saved;  // saved values living in this storage
-    std::vector<AliasedTensor> aliased;        // without saved values only
-    // A streaming capture's pin on the storage's address (NOTE [Streaming identity]).
+    std::vector<AliasedTensor> aliased;        // of view ops whose values are not saved
+    // A pin on the storage's address, when a streaming capture saved a value in it (NOTE
+    // [Streaming identity]) or it holds aliased tensors (NOTE [Dead views are written too]).
     std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> pinned;
     // A streaming capture: the parameter living here, not yet written (NOTE [Parameters
     // written through views]); -1 otherwise.
@@ -250,6 +271,8 @@ class Recorder : private BufferJournal::Tensors {
     TensorGeometry written;
     int32_t node_before;  // the live tensor's producer before the write, or -1
     at::Tensor held;      // without saved values: the tensor, alive until the write is recorded
+    // Without saved values: the tensor is dead, its address pinned by the alias index.
+    bool dead = false;
   };
   const OpInfo& Info(const c10::OperatorHandle& op);
   struct PreparedOp {
@@ -259,7 +282,7 @@ class Recorder : private BufferJournal::Tensors {
     bool save = false;            // keep its values (NOTE [Selective saving])
     bool halt_before = false;     // CaptureOptions::halt_after: stop before it runs
     bool halt_after = false;      // and after it ran
-    // Without saved values, a view op's tensor arguments (see IndexAliases).
+    // A view op's tensor arguments, when its values are not saved (see IndexAliases).
     absl::InlinedVector<at::Tensor, 1> view_bases;
     int32_t owner_module = -1;
     int32_t op_index = 0;
@@ -281,6 +304,9 @@ class Recorder : private BufferJournal::Tensors {
   // Resolves one tensor argument to its source, creating input or buffer read nodes.
   SourceRecord Resolve(const at::Tensor& tensor, bool* touches_buffer, int32_t* owner_module);
   TensorEntry* Lookup(const c10::TensorImpl* impl);
+  // Lookup, or for a dead tensor whose address the alias index pins (NOTE [Dead views are
+  // written too]) its entry as it is: its TensorImpl must not be read.
+  TensorEntry* Find(const c10::TensorImpl* impl, bool dead);
   // Whether `entry`, found at `impl`'s address, belongs to a dead tensor whose address
   // `impl` reuses (NOTE [Address reuse in unsaved mode]).
   bool Stale(const TensorEntry& entry, const c10::TensorImpl* impl) const;
@@ -331,6 +357,8 @@ class Recorder : private BufferJournal::Tensors {
   void RecordAliasWrites(int32_t writer);
   // Without saved values: indexes a view op's output and the arguments it aliases.
   void IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases);
+  // Indexes one tensor of `storage`, whose entry `*entry` is found on first use.
+  void IndexAlias(const at::Tensor& tensor, c10::StorageImpl* storage, StorageEntry** entry);
   // The source node of a tensor from outside the capture (NOTE [Constants]).
   int32_t AddConstantNode(const at::Tensor& tensor, std::string address);
   // Before a write through a view of parameter `param`, whose saved value (if any) is in

@@ -15,26 +15,31 @@
 
 namespace torchlens {
 
+void Recorder::IndexAlias(const at::Tensor& tensor, c10::StorageImpl* storage,
+                          StorageEntry** entry) {
+  if (*entry == nullptr) {
+    *entry = &storages_[storage];
+    if (!(*entry)->pinned.has_value()) {  // NOTE [Dead views are written too]
+      (*entry)->pinned.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
+    }
+  }
+  std::vector<AliasedTensor>& aliased = (*entry)->aliased;
+  for (const AliasedTensor& known : aliased) {
+    // Its address is pinned: the same tensor.
+    if (known.alive._unsafe_get_target() == tensor.unsafeGetTensorImpl()) return;
+  }
+  const auto [begin, end] = ByteRange(tensor);
+  aliased.push_back(AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end});
+}
+
 void Recorder::IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases) {
   if (!view.defined() || !view.has_storage()) return;
-  const c10::StorageImpl* storage = view.storage().unsafeGetStorageImpl();
-  std::vector<AliasedTensor>* aliased = nullptr;
-  auto index = [&](const at::Tensor& tensor) {
-    if (aliased == nullptr) aliased = &storages_[storage].aliased;
-    const auto [begin, end] = ByteRange(tensor);
-    for (AliasedTensor& known : *aliased) {
-      if (known.alive._unsafe_get_target() != tensor.unsafeGetTensorImpl()) continue;
-      // The same tensor, or a new one at a dead one's address.
-      if (known.alive.expired())
-        known = AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end};
-      return;
-    }
-    aliased->push_back(AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end});
-  };
+  c10::StorageImpl* storage = view.storage().unsafeGetStorageImpl();
+  StorageEntry* entry = nullptr;
   for (const at::Tensor& base : bases) {
-    if (base.storage().unsafeGetStorageImpl() == storage) index(base);
+    if (base.storage().unsafeGetStorageImpl() == storage) IndexAlias(base, storage, &entry);
   }
-  if (aliased != nullptr) index(view);  // a view of one of the bases
+  if (entry != nullptr) IndexAlias(view, storage, &entry);  // a view of one of the bases
 }
 
 int32_t Recorder::SaveStreamed(const at::Tensor& tensor, const c10::TensorImpl* live) {
@@ -72,10 +77,18 @@ at::Tensor Recorder::StreamedAlias(const c10::Storage& storage, int32_t slot) co
 }
 
 void Recorder::RecordAliasWrites(int32_t writer) {
-  // See NOTE [Writes through views].
+  // See NOTE [Writes through views]. In the order the earlier values were made, which is
+  // the same whichever of them were saved (the two indexes are searched one after the
+  // other).
+  if (overwritten_.size() > 1) {
+    std::stable_sort(overwritten_.begin(), overwritten_.end(),
+                     [](const OverwrittenValue& a, const OverwrittenValue& b) {
+                       return a.node_before < b.node_before;
+                     });
+  }
   for (OverwrittenValue& overwritten : overwritten_) {
     const SavedValue& saved = overwritten.saved;
-    TensorEntry* entry = Lookup(saved.tensor);
+    TensorEntry* entry = Find(saved.tensor, overwritten.dead);
     // Gone, saved anew (an output of this op), or model state with versions of its own.
     if (entry == nullptr || entry->slot != saved.slot || entry->node < 0 || entry->node == writer ||
         entry->buffer >= 0 || entry->buffer_view >= 0 || entry->param >= 0) {
@@ -96,7 +109,7 @@ void Recorder::RecordAliasWrites(int32_t writer) {
     write.written = std::move(overwritten.written);
     const int32_t slot = write.slot;
     const int32_t output = record_.AddAliasWrite(writer, std::move(write), overwritten.alias);
-    entry = Lookup(saved.tensor);  // Save may have grown the table
+    entry = Find(saved.tensor, overwritten.dead);  // Save may have grown the table
     entry->node = writer;
     entry->output_index = output;
     entry->slot = slot;
@@ -128,8 +141,9 @@ void Recorder::PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t w
   if (entry == nullptr || entry->param != param) return;
   entry->node = AddWrittenParameterNode(param, -1);
   entry->param = -1;
+  // Its earlier value had no node (-1), as with saved values.
   overwritten_.push_back(OverwrittenValue{SavedValue{-1, impl}, layout.saved, written_tensor,
-                                          GeometryOf(tensor), entry->node, at::Tensor()});
+                                          GeometryOf(tensor), -1, at::Tensor()});
 }
 
 void Recorder::KeepParameterBeforeHalt(const at::Tensor& tensor) {
@@ -202,17 +216,17 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
     }
     storage.saved.resize(kept);
   }
-  // Without saved values: the same notes, with no value to copy, for the aliases alive.
-  size_t alive = 0;
-  for (AliasedTensor& aliased : storage.aliased) {
+  // Without saved values: the same notes, with no value to copy, for the aliases, dead
+  // ones included (NOTE [Dead views are written too]).
+  for (const AliasedTensor& aliased : storage.aliased) {
+    if (!Overlap({aliased.begin_byte, aliased.end_byte}, range)) continue;
     c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> held = aliased.alive.lock();
-    if (!held) continue;  // dropped from the index
-    const bool overlaps = Overlap({aliased.begin_byte, aliased.end_byte}, range);
-    storage.aliased[alive++] = std::move(aliased);
-    if (!overlaps) continue;
-    const c10::TensorImpl* impl = held.get();
-    const TensorEntry* entry = Lookup(impl);
-    if (entry == nullptr && impl != tensor.unsafeGetTensorImpl()) {
+    const c10::TensorImpl* impl = aliased.alive._unsafe_get_target();
+    const bool dead = !held;
+    const TensorEntry* entry = Find(impl, dead);
+    // Before a parameter's node is made below, as with saved values.
+    const int32_t node_before = entry != nullptr ? entry->node : -1;
+    if (entry == nullptr && !dead && impl != tensor.unsafeGetTensorImpl()) {
       // Parameters are not in the table without saved values: NOTE [Parameters written
       // through views].
       if (const int32_t param = ParamId(impl); param >= 0) {
@@ -222,11 +236,10 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
         entry = Lookup(impl);
       }
     }
-    overwritten_.push_back(OverwrittenValue{SavedValue{-1, impl}, at::Tensor(), written_tensor,
-                                            TensorGeometry{}, entry != nullptr ? entry->node : -1,
-                                            at::Tensor(std::move(held))});
+    overwritten_.push_back(
+        OverwrittenValue{SavedValue{-1, impl}, at::Tensor(), written_tensor, TensorGeometry{},
+                         node_before, dead ? at::Tensor() : at::Tensor(std::move(held)), dead});
   }
-  storage.aliased.erase(storage.aliased.begin() + alive, storage.aliased.end());
 }
 
 }  // namespace torchlens

@@ -157,9 +157,15 @@ class Validator {
     return index < 0 ? nullptr : &trace_.ops()[index];
   }
   // Whether `source` names an op whose values the capture did not save.
+  // Whether the value `source` names was not saved by a partly saved capture: its op's
+  // values, or the value after one of its alias writes, which the capture saves only when it
+  // saved the written tensor's value before (NOTE [Dead views are written too] in
+  // torchlens_dispatch/recorder.h).
   bool Unsaved(const ArgSource& source) const {
     const Op* node = source.kind == ArgSource::Kind::kNode ? Node(source.name) : nullptr;
-    return node != nullptr && node->is_compute() && !node->saved();
+    if (node == nullptr || !node->is_compute()) return false;
+    return !node->saved() ||
+           (source.output_index < 0 && !OutputValue(*node, source.output_index).defined());
   }
 
   void Fail(const Op& op, absl::string_view why) {
@@ -291,7 +297,7 @@ class Validator {
         Fail(op, absl::StrCat("alias write ", k, " names unknown node ", write.before.name));
         continue;
       }
-      if (Unsaved(write.before)) {
+      if (Unsaved(write.before) || !write.value.defined()) {
         Note(&not_checked_, changed != nullptr ? *changed : op, name);
         continue;
       }
