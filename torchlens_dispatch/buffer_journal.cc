@@ -400,6 +400,17 @@ void BufferJournal::RestoreInitialState() {
   }
 }
 
+absl::InlinedVector<const c10::StorageImpl*, 4> BufferJournal::InitialStorages() const {
+  absl::InlinedVector<const c10::StorageImpl*, 4> storages;
+  for (const State& state : buffers_) {
+    if (state.original_storage) storages.push_back(state.original_storage.unsafeGetStorageImpl());
+    if (state.original.defined() && state.original.has_storage()) {
+      storages.push_back(state.original.storage().unsafeGetStorageImpl());
+    }
+  }
+  return storages;
+}
+
 absl::Status BufferJournal::Finish(bool allow_unjournaled) {
   CaptureRecord& record = record_->record();
   if (restored_) {

@@ -95,6 +95,9 @@ class BufferJournal {
   // again, in its storage of then, with its value of then (an early stop leaves no
   // half-updated state). Journals nothing; Finish then checks no unjournaled change.
   void RestoreInitialState();
+  // The storages RestoreInitialState writes: each buffer's storage when the journal
+  // started, which a tensor the slot no longer holds may still live in.
+  absl::InlinedVector<const c10::StorageImpl*, 4> InitialStorages() const;
 
  private:
   struct State {

@@ -412,7 +412,7 @@ void Recorder::Halt(int32_t node, std::string reason) {
   // Saved values that alias a buffer or a written parameter (an in-place op's output is
   // the tensor itself) keep what the forward computed; the restores below would otherwise
   // write them too.
-  CopySavedValuesOfModelState();
+  CopySavedValuesOfModelState(journal_.InitialStorages());
   journal_.RestoreInitialState();
   RestoreWrittenParameters();
   CaptureRecord& record = record_.record();

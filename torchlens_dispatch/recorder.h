@@ -389,8 +389,9 @@ class Recorder : private BufferJournal::Tensors {
   // Halt's part: the parameters back to their values before the forward.
   void RestoreWrittenParameters();
 
-  // The steps of Finish.
-  void CopySavedValuesOfModelState();
+  // The steps of Finish. CopySavedValuesOfModelState also copies the values saved in
+  // `restored` (storages a halt is about to write back).
+  void CopySavedValuesOfModelState(c10::ArrayRef<const c10::StorageImpl*> restored = {});
   void AddOutputNodes(const c10::IValue& outputs);
   void StoreSizes();
 

@@ -2,6 +2,7 @@
 // code reports as they happen.
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/status/status.h"
@@ -75,12 +76,16 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   return record_.Release();
 }
 
-void Recorder::CopySavedValuesOfModelState() {
+void Recorder::CopySavedValuesOfModelState(c10::ArrayRef<const c10::StorageImpl*> restored) {
   // Saved values that live in a buffer's storage (views of buffers), or in the storage of
   // a parameter the forward wrote, would change with the model's next write, which no
   // capture sees: copy them now (NOTE [Copy-on-write of saved values]).
+  auto model_state = [&](const c10::StorageImpl* storage) {
+    return journal_.BuffersIn(storage) != nullptr ||
+           std::find(restored.begin(), restored.end(), storage) != restored.end();
+  };
   for (auto& [storage, entry] : storages_) {
-    if (!entry.written_param && journal_.BuffersIn(storage) == nullptr) continue;
+    if (!entry.written_param && !model_state(storage)) continue;
     if (!streaming_) {  // streamed values need no copy (NOTE [Streaming identity])
       for (const SavedValue& saved : entry.saved) {
         record_.slot(saved.slot) = CopyOfSaved(record_.slot(saved.slot));
@@ -95,8 +100,7 @@ void Recorder::CopySavedValuesOfModelState() {
   size_t kept = 0;
   for (const UnindexedValue& value : unindexed_values_) {
     const auto it = storages_.find(value.storage);
-    if ((it == storages_.end() || !it->second.written_param) &&
-        journal_.BuffersIn(value.storage) == nullptr) {
+    if ((it == storages_.end() || !it->second.written_param) && !model_state(value.storage)) {
       unindexed_values_[kept++] = value;
       continue;
     }

@@ -173,7 +173,7 @@ at::Tensor Tampered(const at::Tensor& value) {
 // runs out, and streaming every value to a sink, every model's nodes have the parents they
 // have in its full capture (NOTE [Address reuse in unsaved mode], NOTE [Writes through
 // views], NOTE [Dead views are written too], NOTE [Streaming identity]), and the partly
-// saved traces validate with no failure.
+// saved traces validate with no failure; so do the traces halted after each op in turn.
 TEST(VerdictsTest, EdgesAreTheSameWhateverTheCaptureSaves) {
   CaptureOptions unsaved;
   unsaved.save_activations = false;
@@ -199,6 +199,22 @@ TEST(VerdictsTest, EdgesAreTheSameWhateverTheCaptureSaves) {
       if (options.save_activations && options.value_sink == nullptr) {
         EXPECT_THAT(Validate(trace).failures, IsEmpty());
       }
+    }
+    // Halted after each op in turn: the trace so far has the full capture's edges.
+    for (const Op& last : full.ops()) {
+      if (!last.is_compute()) continue;
+      SCOPED_TRACE("halt_after " + last.label);
+      CaptureOptions halted;
+      halted.halt_after = last.label;
+      const Trace trace = Capture(name, halted);
+      EXPECT_TRUE(trace.partial());
+      ASSERT_TRUE(trace.Find(last.label).ok());
+      for (const Op& op : trace.ops()) {
+        absl::StatusOr<const Op*> in_full = full.Find(op.label);
+        ASSERT_TRUE(in_full.ok()) << in_full.status();
+        EXPECT_EQ(op.parents, (*in_full)->parents) << op.label;
+      }
+      EXPECT_THAT(Validate(trace).failures, IsEmpty());
     }
   }
 }
