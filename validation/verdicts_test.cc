@@ -200,13 +200,35 @@ TEST(VerdictsTest, EdgesAreTheSameWhateverTheCaptureSaves) {
         EXPECT_THAT(Validate(trace).failures, IsEmpty());
       }
     }
-    // Halted after each op in turn: the trace so far has the full capture's edges.
+    // Halted after each op in turn: the trace so far has the full capture's edges, and the
+    // model's buffers and parameters are the tensors and values they were before.
     for (const Op& last : full.ops()) {
       if (!last.is_compute()) continue;
       SCOPED_TRACE("halt_after " + last.label);
       CaptureOptions halted;
       halted.halt_after = last.label;
-      const Trace trace = Capture(name, halted);
+      torch::jit::Module model = testdata::LoadModel(name);
+      std::vector<std::pair<at::Tensor, at::Tensor>> state;  // the tensor, its value
+      for (const auto& buffer : model.named_buffers()) {
+        state.emplace_back(buffer.value, buffer.value.clone());
+      }
+      for (const auto& param : model.named_parameters()) {
+        state.emplace_back(param.value, param.value.detach().clone());
+      }
+      absl::StatusOr<Trace> captured =
+          TraceModule(model, testdata::Expected(name).inputs(), halted);
+      ASSERT_TRUE(captured.ok()) << captured.status();
+      const Trace& trace = *captured;
+      size_t s = 0;
+      for (const auto& buffer : model.named_buffers()) {
+        ASSERT_LT(s, state.size());
+        EXPECT_TRUE(buffer.value.is_same(state[s].first)) << buffer.name;
+        EXPECT_TRUE(BitIdentical(buffer.value, state[s++].second)) << buffer.name;
+      }
+      for (const auto& param : model.named_parameters()) {
+        ASSERT_LT(s, state.size());
+        EXPECT_TRUE(BitIdentical(param.value, state[s++].second)) << param.name;
+      }
       EXPECT_TRUE(trace.partial());
       ASSERT_TRUE(trace.Find(last.label).ok());
       for (const Op& op : trace.ops()) {
