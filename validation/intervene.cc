@@ -160,7 +160,13 @@ class Intervention {
       const Op& op = original_[i];
       for (int32_t parent : op.parent_indices)
         reached[i] = reached[i] || (parent >= 0 && reached[parent]);
-      if (reached[i] && op.is_compute() && !op.saved()) unsaved.push_back(op.label);
+      // A saved op's alias write of a tensor whose value was not saved has no value either
+      // (NOTE [Dead views are written too] in torchlens_dispatch/recorder.h).
+      const bool values_unsaved =
+          !op.saved() ||
+          std::any_of(op.alias_writes.begin(), op.alias_writes.end(),
+                      [](const AliasWrite& write) { return !write.value.defined(); });
+      if (reached[i] && op.is_compute() && values_unsaved) unsaved.push_back(op.label);
     }
     if (unsaved.empty()) return absl::OkStatus();
     constexpr size_t kNamed = 8;
