@@ -262,7 +262,10 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
         SourceRecord& source = sources[s++];
         if (source.slot >= 0 || !tensor.defined()) return;
         source.slot = Save(tensor);
-        if (TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl())) entry->slot = source.slot;
+        if (TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl())) {
+          entry->slot = source.slot;
+          Pin(tensor, entry);  // a detached alias saved (NOTE [Address reuse in unsaved mode])
+        }
       });
     }
   }
@@ -507,8 +510,8 @@ Recorder::TensorEntry* Recorder::Lookup(const c10::TensorImpl* impl) {
   return &it->second;
 }
 
-Recorder::TensorEntry* Recorder::Find(const c10::TensorImpl* impl, bool dead) {
-  if (!dead) return Lookup(impl);
+Recorder::TensorEntry* Recorder::Find(const c10::TensorImpl* impl, bool pinned) {
+  if (!pinned) return Lookup(impl);
   auto it = tensors_.find(impl);
   return it == tensors_.end() ? nullptr : &it->second;
 }
@@ -517,8 +520,12 @@ void Recorder::Pin(const at::Tensor& tensor, TensorEntry* entry) {
   if (entry->param >= 0 || entry->buffer >= 0) return;
   if (streaming_) {
     entry->alive.emplace(tensor.getIntrusivePtr());  // NOTE [Streaming identity]
-  } else if (entry->slot < 0 || record_.record().slots[entry->slot].unsafeGetTensorImpl() !=
-                                    tensor.unsafeGetTensorImpl()) {
+  } else if (entry->slot >= 0 && record_.record().slots[entry->slot].unsafeGetTensorImpl() !=
+                                     tensor.unsafeGetTensorImpl()) {
+    // Saved as a detached alias: the address stays the tensor's, as if the saved value held
+    // it (NOTE [Address reuse in unsaved mode]).
+    entry->alive.emplace(tensor.getIntrusivePtr());
+  } else if (entry->slot < 0) {
     // See NOTE [Address reuse in unsaved mode]: no saved value holds this TensorImpl.
     const c10::VariableVersion& version = tensor.unsafeGetTensorImpl()->version_counter();
     if (version.enabled()) {

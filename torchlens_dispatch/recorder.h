@@ -27,7 +27,9 @@
 // values too, some tensors are held by no saved value: the ops a selective capture does
 // not save (NOTE [Selective saving]), and those that require grad, whose saved value is a
 // detached alias (another TensorImpl). Every entry whose TensorImpl its slot does not
-// hold is pinned as below; the name of this note is older than that rule. An entry pins
+// hold is pinned as below (a detached alias's original keeps its address with a weak
+// reference, as the saved value would); the name of this note is older than that rule. An
+// entry pins
 // the tensor's version counter: a small object that every new tensor allocates, shared
 // only by views and detached aliases of the same data, so a different counter at a known
 // address means a different tensor. Pinning it, not the TensorImpl (a weak reference),
@@ -269,10 +271,11 @@ class Recorder : private BufferJournal::Tensors {
     at::Tensor alias;        // shares the live tensor's storage and geometry
     int32_t written_tensor;  // which tensor argument the op wrote; -1: a nested write
     TensorGeometry written;
-    int32_t node_before;  // the live tensor's producer before the write, or -1
-    at::Tensor held;      // without saved values: the tensor, alive until the write is recorded
-    // Without saved values: the tensor is dead, its address pinned by the alias index.
-    bool dead = false;
+    int32_t node_before;    // the live tensor's producer before the write, or -1
+    int32_t output_before;  // and which of its outputs (0 when none)
+    at::Tensor held;        // without saved values: the tensor, alive until the write is recorded
+    // Saved, or dead with its address pinned by the alias index: see Find.
+    bool pinned = false;
   };
   const OpInfo& Info(const c10::OperatorHandle& op);
   struct PreparedOp {
@@ -304,9 +307,10 @@ class Recorder : private BufferJournal::Tensors {
   // Resolves one tensor argument to its source, creating input or buffer read nodes.
   SourceRecord Resolve(const at::Tensor& tensor, bool* touches_buffer, int32_t* owner_module);
   TensorEntry* Lookup(const c10::TensorImpl* impl);
-  // Lookup, or for a dead tensor whose address the alias index pins (NOTE [Dead views are
-  // written too]) its entry as it is: its TensorImpl must not be read.
-  TensorEntry* Find(const c10::TensorImpl* impl, bool dead);
+  // Lookup, or with `pinned` (the address cannot have gone to another tensor: a saved
+  // value or a weak reference holds it) the entry as it is, without reading the
+  // TensorImpl, which may be dead (NOTE [Dead views are written too]).
+  TensorEntry* Find(const c10::TensorImpl* impl, bool pinned);
   // Whether `entry`, found at `impl`'s address, belongs to a dead tensor whose address
   // `impl` reuses (NOTE [Address reuse in unsaved mode]).
   bool Stale(const TensorEntry& entry, const c10::TensorImpl* impl) const;

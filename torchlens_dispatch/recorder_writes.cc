@@ -83,12 +83,13 @@ void Recorder::RecordAliasWrites(int32_t writer) {
   if (overwritten_.size() > 1) {
     std::stable_sort(overwritten_.begin(), overwritten_.end(),
                      [](const OverwrittenValue& a, const OverwrittenValue& b) {
-                       return a.node_before < b.node_before;
+                       return std::make_pair(a.node_before, a.output_before) <
+                              std::make_pair(b.node_before, b.output_before);
                      });
   }
   for (OverwrittenValue& overwritten : overwritten_) {
     const SavedValue& saved = overwritten.saved;
-    TensorEntry* entry = Find(saved.tensor, overwritten.dead);
+    TensorEntry* entry = Find(saved.tensor, overwritten.pinned);
     // Gone, saved anew (an output of this op), or model state with versions of its own.
     if (entry == nullptr || entry->slot != saved.slot || entry->node < 0 || entry->node == writer ||
         entry->buffer >= 0 || entry->buffer_view >= 0 || entry->param >= 0) {
@@ -109,7 +110,7 @@ void Recorder::RecordAliasWrites(int32_t writer) {
     write.written = std::move(overwritten.written);
     const int32_t slot = write.slot;
     const int32_t output = record_.AddAliasWrite(writer, std::move(write), overwritten.alias);
-    entry = Find(saved.tensor, overwritten.dead);  // Save may have grown the table
+    entry = Find(saved.tensor, overwritten.pinned);  // Save may have grown the table
     entry->node = writer;
     entry->output_index = output;
     entry->slot = slot;
@@ -143,7 +144,7 @@ void Recorder::PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t w
   entry->param = -1;
   // Its earlier value had no node (-1), as with saved values.
   overwritten_.push_back(OverwrittenValue{SavedValue{-1, impl}, layout.saved, written_tensor,
-                                          GeometryOf(tensor), -1, at::Tensor()});
+                                          GeometryOf(tensor), -1, 0, at::Tensor()});
 }
 
 void Recorder::KeepParameterBeforeHalt(const at::Tensor& tensor) {
@@ -197,11 +198,14 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
         continue;
       }
       if (!written.has_value()) written = GeometryOf(tensor);
-      TensorEntry* entry = Lookup(saved.tensor);
+      // Its address is the saved tensor's (NOTE [Address reuse in unsaved mode]), which may
+      // be dead: not read.
+      TensorEntry* entry = Find(saved.tensor, /*pinned=*/true);
       // A streamed value needs no copy: the sink has had it (NOTE [Streaming identity]).
-      overwritten_.push_back(
-          OverwrittenValue{saved, streaming_ ? StreamedAlias(tensor.storage(), saved.slot) : value,
-                           written_tensor, *written, entry != nullptr ? entry->node : -1});
+      overwritten_.push_back(OverwrittenValue{
+          saved, streaming_ ? StreamedAlias(tensor.storage(), saved.slot) : value, written_tensor,
+          *written, entry != nullptr ? entry->node : -1, entry != nullptr ? entry->output_index : 0,
+          at::Tensor(), /*pinned=*/true});
       if (!streaming_) {
         value = CopyOfSaved(value);
         ++record_.record().stats.copy_on_write_clones;
@@ -226,6 +230,7 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
     const TensorEntry* entry = Find(impl, dead);
     // Before a parameter's node is made below, as with saved values.
     const int32_t node_before = entry != nullptr ? entry->node : -1;
+    const int32_t output_before = entry != nullptr ? entry->output_index : 0;
     if (entry == nullptr && !dead && impl != tensor.unsafeGetTensorImpl()) {
       // Parameters are not in the table without saved values: NOTE [Parameters written
       // through views].
@@ -236,9 +241,9 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
         entry = Lookup(impl);
       }
     }
-    overwritten_.push_back(
-        OverwrittenValue{SavedValue{-1, impl}, at::Tensor(), written_tensor, TensorGeometry{},
-                         node_before, dead ? at::Tensor() : at::Tensor(std::move(held)), dead});
+    overwritten_.push_back(OverwrittenValue{
+        SavedValue{-1, impl}, at::Tensor(), written_tensor, TensorGeometry{}, node_before,
+        output_before, dead ? at::Tensor() : at::Tensor(std::move(held)), dead});
   }
 }
 

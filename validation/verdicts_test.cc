@@ -188,6 +188,7 @@ TEST(VerdictsTest, EdgesAreTheSameWhateverTheCaptureSaves) {
   streamed.value_sink = [](const StreamedValue&) {};
   const std::vector<std::pair<std::string, CaptureOptions>> modes = {
       {"unsaved", unsaved}, {"half", half}, {"budget", budget}, {"streamed", streamed}};
+  int with_grad = 0;
   for (const std::string& name : IssueModels()) {
     SCOPED_TRACE(name);
     const Trace full = Capture(name);
@@ -200,6 +201,31 @@ TEST(VerdictsTest, EdgesAreTheSameWhateverTheCaptureSaves) {
       }
       if (options.save_activations && options.value_sink == nullptr) {
         EXPECT_THAT(Validate(trace).failures, IsEmpty());
+      }
+    }
+    // Floating inputs that require grad: every activation then requires grad too, and its
+    // saved value is a detached alias, another TensorImpl (NOTE [Address reuse in unsaved
+    // mode]).
+    for (const auto& [mode, options] : modes) {
+      SCOPED_TRACE(mode + " with inputs requiring grad");
+      std::vector<c10::IValue> inputs = testdata::Expected(name).inputs();
+      for (c10::IValue& input : inputs) {
+        if (input.isTensor() && input.toTensor().is_floating_point()) {
+          input = input.toTensor().detach().clone().requires_grad_(true);
+        }
+      }
+      try {
+        testdata::LoadModel(name).forward(inputs);
+      } catch (const std::exception&) {
+        continue;  // autograd refuses the model's in-place writes to its inputs
+      }
+      torch::jit::Module model = testdata::LoadModel(name);
+      absl::StatusOr<Trace> trace = TraceModule(model, inputs, options);
+      ASSERT_TRUE(trace.ok()) << trace.status();
+      ++with_grad;
+      ASSERT_EQ(testing_util::Labels(*trace), testing_util::Labels(full));
+      for (size_t i = 0; i < full.ops().size(); ++i) {
+        EXPECT_EQ(trace->ops()[i].parents, full.ops()[i].parents) << full.ops()[i].label;
       }
     }
     // Halted after each op in turn: the trace so far has the full capture's edges, and the
@@ -241,6 +267,7 @@ TEST(VerdictsTest, EdgesAreTheSameWhateverTheCaptureSaves) {
       EXPECT_THAT(Validate(trace).failures, IsEmpty());
     }
   }
+  EXPECT_GT(with_grad, 60);  // captures of models autograd lets run
 }
 
 TEST(VerdictsTest, TamperedVersionsAliasWritesAndDeadNodesFail) {
