@@ -1081,6 +1081,33 @@ class ResizeAs(nn.Module):
         return y * 1.5 + x
 
 
+class RegeometryAfterView(nn.Module):
+    """A tensor with a view is moved to another storage (`set_`), shrunk (`resize_`) or
+    given new strides (`as_strided_`), then the bytes it held are written through the
+    view: it no longer holds them, so the write does not reach it, alive or (`e`, whose
+    last use came first) dead."""
+
+    def forward(self, x):
+        a = x * 2.0
+        va = a[0]
+        a.set_(x + 1.0)
+        va.mul_(3.0)
+        c = x.reshape(-1) * 1.0
+        vc = c[3:]
+        c.resize_(2)
+        vc.add_(1.0)
+        d = x.reshape(-1) + 2.0
+        vd = d[4:]
+        d.as_strided_([2], [1], 0)
+        vd.sub_(1.0)
+        e = x.reshape(-1) - 1.0
+        ve = e[4:]
+        e.resize_(3)
+        s = e.sum()
+        ve.mul_(2.0)
+        return a * 1.0, va, c * 1.0, vc, d * 1.0, vd, s, ve
+
+
 class PackedStats(nn.Module):
     """Both running statistics in one buffer, read (eval mode) or written (training mode)
     through column views;
@@ -1475,6 +1502,7 @@ def models():
         "bitwise_guards": (BitwiseGuards, [rand(4)], False),
         "empty_lists": (EmptyLists, [rand(2, 3)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),
+        "regeometry_after_view": (RegeometryAfterView, [rand(2, 3)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "packed_stats_train": (PackedStats, [rand(5, 4)], True),
         "update_stats": (UpdateStats, [rand(6, 3)], True),

@@ -207,6 +207,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     record_.DropArguments(node);
     journal_.DropPendingWrites();
     overwritten_.clear();
+    if (!moved_aliases_.empty()) IndexMovedAliases();
     if (failure_.ok()) {
       failure_ = absl::AbortedError(absl::StrCat(
           "the forward pass threw while capturing (", op.operator_name().name, ": ", FirstLine(e),
@@ -292,6 +293,7 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   record_.EndArguments(node, sources);
   journal_.DropPendingWrites();
   overwritten_.clear();
+  if (!moved_aliases_.empty()) IndexMovedAliases();
   if (!info->written_arguments.empty()) {
     // Written arguments are named by their tensor index, the position of their source.
     int32_t tensor_index = 0;
@@ -448,12 +450,14 @@ int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit
   }
   if (journal_.has_pending_writes()) journal_.CommitWrites(index, returns);
   if (!overwritten_.empty()) RecordAliasWrites(index);
+  if (!moved_aliases_.empty()) IndexMovedAliases();
   return index;
 }
 
 void Recorder::Abandon(const std::exception& e) {
   journal_.DropPendingWrites();
   overwritten_.clear();
+  moved_aliases_.clear();
   inert_ = true;
   if (!failure_.ok()) return;
   const bool memory = IsOutOfMemory(e);

@@ -82,6 +82,17 @@
 // and no new tensor can be mistaken for them. (VerdictsTest.EdgesAreTheSameWhatever-
 // TheCaptureSaves compares the edges of every issue model across these captures.)
 //
+// NOTE [Aliases change place]
+// An in-place op can move a tensor to another storage (`set_`), shrink or grow it
+// (`resize_`) or give it new strides (`as_strided_`): after it, the bytes it held are no
+// longer its bytes, and a write through a view of its old bytes must not reach it. A saved
+// value follows, as the write copies it out of the storage index and the op's output is
+// saved again where it now lives. The alias index of unsaved views does the same: a write
+// takes the written tensor out of its storage's list, and after the op (or its throw) the
+// tensor is indexed again with the storage and bytes it has then (IndexMovedAliases). A
+// tensor that dies later keeps the bytes it had last, which are the right ones.
+// (VerdictsTest's model regeometry_after_view does all three, alive and dead.)
+//
 // NOTE [Buffer writes]
 // A write is attributed to a registered buffer by StorageImpl identity, then by byte range
 // (views and slices included). All writes to one buffer during one user-level op make a
@@ -363,6 +374,9 @@ class Recorder : private BufferJournal::Tensors {
   void IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases);
   // Indexes one tensor of `storage`, whose entry `*entry` is found on first use.
   void IndexAlias(const at::Tensor& tensor, c10::StorageImpl* storage, StorageEntry** entry);
+  // Indexes again, where they are now, the written tensors PrepareWrite took out of the
+  // alias index (NOTE [Aliases change place]).
+  void IndexMovedAliases();
   // The source node of a tensor from outside the capture (NOTE [Constants]).
   int32_t AddConstantNode(const at::Tensor& tensor, std::string address);
   // Before a write through a view of parameter `param`, whose saved value (if any) is in
@@ -434,6 +448,9 @@ class Recorder : private BufferJournal::Tensors {
   };
   std::vector<UnindexedValue> unindexed_values_;
   std::vector<OverwrittenValue> overwritten_;  // by the op being recorded
+  // Indexed tensors the op being recorded writes, out of the index until it ran (NOTE
+  // [Aliases change place]).
+  std::vector<at::Tensor> moved_aliases_;
   // Plain tensor attributes of the model (NOTE [Constants]): index into
   // record_.constant_addresses.
   absl::flat_hash_map<const c10::TensorImpl*, int32_t> attributes_;

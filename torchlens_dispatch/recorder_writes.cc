@@ -221,30 +221,54 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
     storage.saved.resize(kept);
   }
   // Without saved values: the same notes, with no value to copy, for the aliases, dead
-  // ones included (NOTE [Dead views are written too]).
-  for (const AliasedTensor& aliased : storage.aliased) {
-    if (!Overlap({aliased.begin_byte, aliased.end_byte}, range)) continue;
-    c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> held = aliased.alive.lock();
+  // ones included (NOTE [Dead views are written too]). The written tensor leaves the
+  // index until the op has run, as its saved value would (NOTE [Aliases change place]).
+  const c10::TensorImpl* written_impl = tensor.unsafeGetTensorImpl();
+  size_t kept = 0;
+  for (size_t i = 0; i < storage.aliased.size(); ++i) {
+    AliasedTensor& aliased = storage.aliased[i];
     const c10::TensorImpl* impl = aliased.alive._unsafe_get_target();
-    const bool dead = !held;
-    const TensorEntry* entry = Find(impl, dead);
-    // Before a parameter's node is made below, as with saved values.
-    const int32_t node_before = entry != nullptr ? entry->node : -1;
-    const int32_t output_before = entry != nullptr ? entry->output_index : 0;
-    if (entry == nullptr && !dead && impl != tensor.unsafeGetTensorImpl()) {
-      // Parameters are not in the table without saved values: NOTE [Parameters written
-      // through views].
-      if (const int32_t param = ParamId(impl); param >= 0) {
-        TensorEntry written_param;
-        written_param.node = AddWrittenParameterNode(param, -1);
-        Remember(at::Tensor(held), std::move(written_param));
-        entry = Lookup(impl);
+    if (Overlap({aliased.begin_byte, aliased.end_byte}, range)) {
+      c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> held = aliased.alive.lock();
+      const bool dead = !held;
+      const TensorEntry* entry = Find(impl, dead);
+      // Before a parameter's node is made below, as with saved values.
+      const int32_t node_before = entry != nullptr ? entry->node : -1;
+      const int32_t output_before = entry != nullptr ? entry->output_index : 0;
+      if (entry == nullptr && !dead && impl != written_impl) {
+        // Parameters are not in the table without saved values: NOTE [Parameters written
+        // through views].
+        if (const int32_t param = ParamId(impl); param >= 0) {
+          TensorEntry written_param;
+          written_param.node = AddWrittenParameterNode(param, -1);
+          Remember(at::Tensor(held), std::move(written_param));
+        }
       }
+      overwritten_.push_back(OverwrittenValue{
+          SavedValue{-1, impl}, at::Tensor(), written_tensor, TensorGeometry{}, node_before,
+          output_before, dead ? at::Tensor() : at::Tensor(std::move(held)), dead});
     }
-    overwritten_.push_back(OverwrittenValue{
-        SavedValue{-1, impl}, at::Tensor(), written_tensor, TensorGeometry{}, node_before,
-        output_before, dead ? at::Tensor() : at::Tensor(std::move(held)), dead});
+    if (impl == written_impl) {
+      if (std::none_of(moved_aliases_.begin(), moved_aliases_.end(),
+                       [&](const at::Tensor& t) { return t.unsafeGetTensorImpl() == impl; })) {
+        moved_aliases_.push_back(tensor);
+      }
+      continue;  // dropped: IndexMovedAliases indexes it again
+    }
+    if (kept != i) storage.aliased[kept] = std::move(aliased);
+    ++kept;
   }
+  storage.aliased.erase(storage.aliased.begin() + kept, storage.aliased.end());
+}
+
+void Recorder::IndexMovedAliases() {
+  // See NOTE [Aliases change place].
+  for (const at::Tensor& tensor : moved_aliases_) {
+    if (!tensor.has_storage()) continue;
+    StorageEntry* entry = nullptr;
+    IndexAlias(tensor, tensor.storage().unsafeGetStorageImpl(), &entry);
+  }
+  moved_aliases_.clear();
 }
 
 }  // namespace torchlens

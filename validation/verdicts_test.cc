@@ -87,7 +87,8 @@ const std::vector<std::string>& IssueModels() {
                                                           "complex_view_writes",
                                                           "param_view_writes",
                                                           "param_is_buffer",
-                                                          "absorbing_operands"};
+                                                          "absorbing_operands",
+                                                          "regeometry_after_view"};
   return *names;
 }
 
