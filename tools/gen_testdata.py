@@ -1108,6 +1108,73 @@ class RegeometryAfterView(nn.Module):
         return a * 1.0, va, c * 1.0, vc, d * 1.0, vd, s, ve
 
 
+class ResizeLarger(nn.Module):
+    """A view grown past its elements (`resize_`, `resize_as_`; PyTorch's functionalization
+    test `test_resize_larger`): the new elements are uninitialized until written."""
+
+    def forward(self, x):
+        y = x + 1.0
+        z = y[:]
+        z.resize_(25)
+        z[8:].fill_(1.0)
+        y2 = z.view(5, 5)
+        y2.add_(1.0)
+        w = x * 2.0
+        w.resize_as_(y2)
+        w[1:].zero_()
+        return y2.sum() + x, w * 1.0, y * 1.0
+
+
+class AsStridedOffsets(nn.Module):
+    """as_strided at an absolute offset on a view whose bytes the model writes later, and
+    reaching bytes outside its input (README "Validation": unproved, never failed)."""
+
+    def forward(self, x):
+        y = x * 2.0
+        v = y[1:]
+        w = v.as_strided([2], [2], 2)
+        u = y[0:2].as_strided([2], [1], 3)
+        r = u * 1.0
+        y.add_(1.0)
+        return w * 1.0, r, y * 1.0
+
+
+class InplaceViewOps(nn.Module):
+    """In-place view ops (`t_`, `unsqueeze_`, `squeeze_`, `transpose_`, `swapdims_`,
+    `as_strided_`) change a tensor's geometry and no byte: on a slice of buffer `b`
+    between writes through it, on buffer `c` itself (its shape is its state), and on a
+    plain tensor with a view read after they ran. (`as_strided_` gets a view at offset 0:
+    README "Validation" says why.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.arange(6.0).reshape(2, 3) / 4)
+        self.register_buffer("c", torch.arange(6.0).reshape(2, 3) - 2)
+
+    def forward(self, x):
+        v = self.b[:, 1:]
+        w = self.b[1]
+        v.t_()
+        v.add_(x[:, :2].t() * torch.tensor([[1.0, 2.0]]))
+        v.unsqueeze_(0)
+        v.mul_(3.0)
+        v.squeeze_(0)
+        v.transpose_(0, 1)
+        v.sub_(x[:, 1:])
+        v.swapdims_(0, 1)
+        v.div_(2.0)
+        u = self.b.view(-1)
+        u.as_strided_([2], [2], 1)
+        u.mul_(-1.0)
+        self.c.t_()
+        self.c.add_(x.t())
+        y = x * 2.0
+        z = y[0]
+        y.t_()
+        y.mul_(torch.tensor([1.0, -1.0]))
+        return self.b * 1.0, w * 1.0, self.c * 1.0, y * 1.0, z * 1.0
+
+
 class PackedStats(nn.Module):
     """Both running statistics in one buffer, read (eval mode) or written (training mode)
     through column views;
@@ -1503,6 +1570,9 @@ def models():
         "empty_lists": (EmptyLists, [rand(2, 3)], False),
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "regeometry_after_view": (RegeometryAfterView, [rand(2, 3)], False),
+        "inplace_view_ops": (InplaceViewOps, [rand(2, 3)], False),
+        "as_strided_offsets": (AsStridedOffsets, [rand(6)], False),
+        "resize_larger": (ResizeLarger, [rand(8)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
         "packed_stats_train": (PackedStats, [rand(5, 4)], True),
         "update_stats": (UpdateStats, [rand(6, 3)], True),
@@ -1592,6 +1662,8 @@ def edits():
                             ("buffer_in_place", "b", torch.arange(16.0).reshape(4, 4) / 8)],
         "stats_views_kept": [("input", 0, torch.arange(24.0).reshape(6, 4) / 5),
                              ("buffer", "stats", torch.arange(12.0).reshape(3, 4))],
+        "inplace_view_ops": [("input", 0, torch.arange(6.0).reshape(2, 3) / 3 - 1),
+                             ("buffer", "b", torch.full((2, 3), 0.5))],
         "twin_buffers": [("buffer_in_place", "a", torch.full((4,), 0.5)),
                          ("buffer_in_place", "c", torch.arange(4.0))],
     }

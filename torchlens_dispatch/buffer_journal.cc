@@ -167,6 +167,21 @@ void BufferJournal::NoteWrite(const at::Tensor& written, WriteKind kind, int32_t
   }
 }
 
+void BufferJournal::NoteGeometryChange(const at::Tensor& tensor, int32_t written_tensor) {
+  const absl::InlinedVector<int32_t, 1>* buffers =
+      BuffersIn(tensor.storage().unsafeGetStorageImpl());
+  if (buffers == nullptr) return;
+  for (int32_t buffer : *buffers) {
+    if (buffers_[buffer].holder.unsafeGetTensorImpl() != tensor.unsafeGetTensorImpl() ||
+        std::any_of(pending_.begin(), pending_.end(),
+                    [&](const PendingWrite& p) { return p.buffer == buffer; })) {
+      continue;
+    }
+    Read(buffer);  // the version the op replaces
+    pending_.push_back(PendingWrite{buffer, WriteKind::kInplace, written_tensor, tensor});
+  }
+}
+
 void BufferJournal::CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> returns) {
   for (const PendingWrite& pending : pending_) {
     State& state = buffers_[pending.buffer];

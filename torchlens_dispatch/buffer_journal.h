@@ -76,6 +76,9 @@ class BufferJournal {
   // overlaps gets one pending version. `written_tensor` is its tensor argument index, -1
   // for a write inside a kernel (kFused).
   void NoteWrite(const at::Tensor& written, WriteKind kind, int32_t written_tensor);
+  // Before an in-place view op gives `tensor` another geometry (NOTE [In-place view ops] in
+  // recorder.h): a pending kInplace version of the buffers whose registered tensor it is.
+  void NoteGeometryChange(const at::Tensor& tensor, int32_t written_tensor);
   bool has_pending_writes() const { return !pending_.empty(); }
   // After op `producer` ran and returned `returns`: the pending writes become versions.
   void CommitWrites(int32_t producer, c10::ArrayRef<c10::IValue> returns);

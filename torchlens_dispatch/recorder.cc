@@ -21,6 +21,7 @@
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/exemptions.h"
+#include "torchlens_dispatch/ops/inplace_view.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
 #include "torchlens_dispatch/testing.h"
@@ -144,6 +145,7 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
       if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) info.returns_view = true;
     }
     if (schema.name() == "aten::set_") info.returns_view = true;
+    info.inplace_view = IsInplaceView(op);  // NOTE [In-place view ops]
     info.nested_watched = WriteWatchCovers(op);
     info.uninitialized = Uninitialized(schema.name());
   }
@@ -303,7 +305,11 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
                            info->written_arguments[next_written] == a;
       if (written) ++next_written;
       ForEachTensor(args[a], [&](const at::Tensor& t) {
-        if (written) PrepareWrite(t, WriteKind::kInplace, tensor_index);
+        if (written && info->inplace_view) {
+          PrepareInplaceView(t, tensor_index);
+        } else if (written) {
+          PrepareWrite(t, WriteKind::kInplace, tensor_index);
+        }
         ++tensor_index;
       });
     }
@@ -320,7 +326,8 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   // arguments, known from its update flag: one that does not update them (BatchNorm in
   // eval mode, which reads the running statistics) has nothing to observe, and observing
   // its decomposition cost every eval-mode BatchNorm a boxed call per nested op.
-  prepared.observe_nested = fused || (prepared.touches_buffer && info->fused == nullptr);
+  prepared.observe_nested =
+      fused || (prepared.touches_buffer && info->fused == nullptr && !info->inplace_view);
   prepared.nested_watched = info->nested_watched;
   if (info->random && prepared.save) {
     // Replay draws the same numbers from this state (validation/replay.h).
@@ -473,7 +480,8 @@ void Recorder::Abandon(const std::exception& e) {
 void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                           torch::jit::Stack* stack) {
   const OpInfo& info = Info(op);
-  if (!info.written_arguments.empty()) PrepareNestedWrites(info, *stack);
+  // A kernel's own in-place view ops write no bytes (NOTE [In-place view ops]).
+  if (!info.written_arguments.empty() && !info.inplace_view) PrepareNestedWrites(info, *stack);
   DepthGuard depth(&depth_);
   op.redispatchBoxed(keys & kBelowCaptureKey, stack);
 }
@@ -482,7 +490,8 @@ void Recorder::OnNestedWrite(const c10::OperatorHandle& op, torch::jit::Stack* s
   if (inert_) return;
   // A copy-on-write clone dispatches a write of its own: neither key may see it.
   c10::impl::ExcludeDispatchKeyGuard unwatched(c10::DispatchKeySet({kCaptureKey, kWriteWatchKey}));
-  PrepareNestedWrites(Info(op), *stack);
+  const OpInfo& info = Info(op);
+  if (!info.inplace_view) PrepareNestedWrites(info, *stack);  // NOTE [In-place view ops]
 }
 
 void Recorder::PrepareNestedWrites(const OpInfo& info, const torch::jit::Stack& stack) {

@@ -93,6 +93,19 @@
 // tensor that dies later keeps the bytes it had last, which are the right ones.
 // (VerdictsTest's model regeometry_after_view does all three, alive and dead.)
 //
+// NOTE [In-place view ops]
+// `t_`, `transpose_`, `swapdims_`, `squeeze_`, `unsqueeze_`, `as_strided_`, `detach_` (the
+// ops LibTorch tags inplace_view, but `resize_`, which may allocate and is a write) declare
+// a write of `self` and change only its sizes, strides and offset: no byte of any storage
+// changes. So they write nothing that shares its bytes: no alias write, no buffer version
+// through a view, no copy of the other saved values. What does change is the tensor
+// itself: its own saved value, kept by reference, is copied first (it would change shape
+// under the trace), it leaves the alias index and comes back with its new geometry (NOTE
+// [Aliases change place]), and when it is a registered buffer's tensor, the buffer's state
+// (its shape) gets a kInplace version, the op's output. Before 2026-12-06 these ops were
+// writes of their bytes: the next write through the view then redid its value in the
+// geometry from before the op, and validation failed (testdata inplace_view_ops).
+//
 // NOTE [Buffer writes]
 // A write is attributed to a registered buffer by StorageImpl identity, then by byte range
 // (views and slices included). All writes to one buffer during one user-level op make a
@@ -231,6 +244,9 @@ class Recorder : private BufferJournal::Tensors {
     // A return aliases an argument (select, view, transpose), or `set_`, whose self takes
     // the source's storage.
     bool returns_view = false;
+    // Changes only the sizes, strides or offset of the argument it declares written
+    // (NOTE [In-place view ops]).
+    bool inplace_view = false;
     bool nested_watched = false;  // WriteWatchCovers(op)
     bool uninitialized = false;   // returns memory it never wrote (aten::empty)
     std::string type;             // "add", as labels name it (OpTypeName)
@@ -367,6 +383,8 @@ class Recorder : private BufferJournal::Tensors {
   // Before `tensor` (tensor argument `written_tensor` of the op, -1 for a nested write) is
   // written: copy-on-write, and note the saved values and buffers it hits.
   void PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor);
+  // Before an in-place view op gives `tensor` another geometry: NOTE [In-place view ops].
+  void PrepareInplaceView(const at::Tensor& tensor, int32_t written_tensor);
   // After op `writer` ran: the alias writes of the values it overwrote (NOTE [Writes
   // through views]).
   void RecordAliasWrites(int32_t writer);

@@ -261,6 +261,41 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
   storage.aliased.erase(storage.aliased.begin() + kept, storage.aliased.end());
 }
 
+void Recorder::PrepareInplaceView(const at::Tensor& tensor, int32_t written_tensor) {
+  // See NOTE [In-place view ops].
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  journal_.NoteGeometryChange(tensor, written_tensor);
+  IndexSavedValues();
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == storages_.end()) return;
+  StorageEntry& storage = it->second;
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  size_t kept = 0;
+  for (const SavedValue& saved : storage.saved) {
+    at::Tensor& value = record_.slot(saved.slot);
+    // A detached alias saved in its place (NOTE [Address reuse in unsaved mode]) keeps its
+    // geometry, and the bytes it shares: it stays indexed.
+    if (saved.tensor != impl || (!streaming_ && value.unsafeGetTensorImpl() != impl)) {
+      storage.saved[kept++] = saved;
+      continue;
+    }
+    if (!streaming_) {  // a streamed value needs no copy (NOTE [Streaming identity])
+      value = CopyOfSaved(value);
+      ++record_.record().stats.copy_on_write_clones;
+    }
+  }
+  storage.saved.resize(kept);
+  const auto moved = std::find_if(
+      storage.aliased.begin(), storage.aliased.end(),
+      [&](const AliasedTensor& aliased) { return aliased.alive._unsafe_get_target() == impl; });
+  if (moved == storage.aliased.end()) return;
+  storage.aliased.erase(moved);
+  if (std::none_of(moved_aliases_.begin(), moved_aliases_.end(),
+                   [&](const at::Tensor& t) { return t.unsafeGetTensorImpl() == impl; })) {
+    moved_aliases_.push_back(tensor);
+  }
+}
+
 void Recorder::IndexMovedAliases() {
   // See NOTE [Aliases change place].
   for (const at::Tensor& tensor : moved_aliases_) {

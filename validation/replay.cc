@@ -23,6 +23,7 @@
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
+#include "torchlens_dispatch/ops/inplace_view.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
 #include "torchlens_dispatch/saved_copy.h"
@@ -451,10 +452,13 @@ int ReturnedWrittenArgument(const Op& node, int output) {
 
 // One step from a view toward what it was made of: the tensor argument of `node` that
 // output `output` is made of (the written argument it returns, else the first), and
-// whether that output is the argument itself, so that nothing is re-run to make it.
+// whether that output is the argument itself, so that nothing is re-run to make it, or the
+// argument itself with another geometry (NOTE [In-place view ops] in
+// torchlens_dispatch/recorder.h), remade by re-running the op on an alias of it.
 struct ViewSource {
   const ArgSource* source = nullptr;
   bool same_tensor = false;
+  bool inplace_view = false;
 };
 ViewSource SourceOfView(const Op& node, int output) {
   const int written = ReturnedWrittenArgument(node, output);
@@ -463,7 +467,10 @@ ViewSource SourceOfView(const Op& node, int output) {
       node.arg_sources[index].kind != ArgSource::Kind::kNode) {
     return {};
   }
-  return {&node.arg_sources[index], written >= 0};
+  if (written < 0) return {&node.arg_sources[index], false, false};
+  absl::StatusOr<c10::OperatorHandle> handle = Handle(node);
+  const bool inplace_view = handle.ok() && IsInplaceView(*handle);
+  return {&node.arg_sources[index], !inplace_view, inplace_view};
 }
 
 // The buffer version a view was made of: up the tensors each step names (and through alias
@@ -527,11 +534,16 @@ absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::str
   absl::StatusOr<at::Tensor> parent_view = RemadeView(
       lookup(step.source->name), step.source->output_index, address, base, lookup, depth + 1);
   if (!parent_view.ok() || step.same_tensor) return parent_view;
+  // An in-place view op changes the geometry of the tensor it is given: an alias of the
+  // parent view, made for the call.
   std::vector<c10::IValue> args =
       ReplayArguments(*view, [&](int index, const ArgSource&, const at::Tensor& saved) {
-        return index == 0 ? *parent_view : saved;
+        if (index != 0) return saved;
+        return step.inplace_view ? parent_view->alias() : *parent_view;
       });
-  absl::StatusOr<ReplayResult> remade = Run(*view, std::move(args));
+  absl::StatusOr<ReplayResult> remade = step.inplace_view
+                                            ? Run(*view, std::move(args), /*private_tensors=*/{0})
+                                            : Run(*view, std::move(args));
   if (!remade.ok()) return remade.status();
   if (output >= static_cast<int>(remade->outputs.size()) || !remade->outputs[output].defined() ||
       !remade->outputs[output].is_alias_of(base)) {

@@ -75,10 +75,20 @@ bool Uninitialized(absl::string_view op);
 // (CloseUpToRounding in validation/values.h) counts as checked, and a larger difference
 // is reported as unproved, never as a failure (it cannot be told from the kernel's own
 // variation).
+//
+// NOTE [Replays of as_strided]
+// `as_strided` and `as_strided_` address their input's storage, not its elements: the
+// offset they are given is absolute, and their sizes and strides may reach bytes outside
+// the input (`y[0:2].as_strided([2], [1], 3)` reads y[3:5]). A replay runs them on the
+// input's saved value, which is a private copy when the model later wrote its bytes
+// (copy-on-write) or when it was streamed: the copy starts at offset 0 and holds the
+// input's elements only, so the replay reads other bytes than the capture did. Such a
+// replay that differs is reported as unproved, never as a failure; the model did nothing
+// wrong. (Before 2026-12-06 both examples above failed validation.)
 
 // Why the op's result is not reproducible bit for bit from its arguments (the empty string
-// when it is): NOTE [Kernels that read memory they never initialized]. `args` are the
-// call's arguments.
+// when it is): NOTE [Kernels that read memory they never initialized], NOTE [Replays of
+// as_strided]. `args` are the call's arguments.
 absl::string_view NotReproducible(absl::string_view op, c10::ArrayRef<c10::IValue> args);
 
 // Whether the tensors `parent_indexes` are factors of a product whose other factor, in
