@@ -1139,6 +1139,21 @@ class AsStridedOffsets(nn.Module):
         return w * 1.0, r, y * 1.0
 
 
+class ExpandedBufferView(nn.Module):
+    """An expanded view of a buffer (its elements share memory) read before and after the
+    buffer is written in place: the write changes every row of the view."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.tensor([1.0, -2.0, 3.0]))
+
+    def forward(self, x):
+        e = self.b.expand(2, 3)
+        r = e * x
+        self.b.add_(x[0])
+        return r + e, e * 1.0
+
+
 class InplaceViewOps(nn.Module):
     """In-place view ops (`t_`, `unsqueeze_`, `squeeze_`, `transpose_`, `swapdims_`,
     `as_strided_`) change a tensor's geometry and no byte: on a slice of buffer `b`
@@ -1571,6 +1586,7 @@ def models():
         "resize_as": (ResizeAs, [rand(2, 3)], False),
         "regeometry_after_view": (RegeometryAfterView, [rand(2, 3)], False),
         "inplace_view_ops": (InplaceViewOps, [rand(2, 3)], False),
+        "expanded_buffer_view": (ExpandedBufferView, [rand(2, 3)], False),
         "as_strided_offsets": (AsStridedOffsets, [rand(6)], False),
         "resize_larger": (ResizeLarger, [rand(8)], False),
         "packed_stats_eval": (PackedStats, [rand(5, 4)], False),
@@ -1664,6 +1680,8 @@ def edits():
                              ("buffer", "stats", torch.arange(12.0).reshape(3, 4))],
         "inplace_view_ops": [("input", 0, torch.arange(6.0).reshape(2, 3) / 3 - 1),
                              ("buffer", "b", torch.full((2, 3), 0.5))],
+        "expanded_buffer_view": [("input", 0, torch.arange(6.0).reshape(2, 3) / 2),
+                                 ("buffer", "b", torch.tensor([0.5, 0.25, -1.0]))],
         "twin_buffers": [("buffer_in_place", "a", torch.full((4,), 0.5)),
                          ("buffer_in_place", "c", torch.arange(4.0))],
     }

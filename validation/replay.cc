@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -343,6 +344,26 @@ absl::StatusOr<ReplayResult> ReplayOp(const Op& op, std::vector<c10::IValue> arg
   return Run(op, std::move(args));
 }
 
+namespace {
+
+// `place.copy_(value)` for `place`, a view of the 1-D `typed_region`, that may be an expanded
+// view (`b.expand(2, 3)` changed by `b.add_(x)`): `copy_` refuses a destination whose
+// elements share memory, so each element's value is put at its position in the region. The
+// elements sharing a position hold one value, as `value` is a view of the same geometry.
+void WriteThroughPlace(const at::Tensor& typed_region, const at::Tensor& place,
+                       const at::Tensor& value) {
+  if (at::has_internal_overlap(place) != at::MemOverlap::Yes) {
+    place.copy_(value);
+    return;
+  }
+  const at::Tensor positions =
+      at::arange(typed_region.numel(), typed_region.options().dtype(at::kLong))
+          .as_strided(place.sizes(), place.strides(), place.storage_offset());
+  typed_region.put_(positions, value.contiguous());
+}
+
+}  // namespace
+
 absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& write,
                                             std::vector<c10::IValue> args,
                                             const at::Tensor& before) {
@@ -385,7 +406,7 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
     aliased_place = place(write.aliased, before);
     // The written argument last: where the two share bytes, its value stands (NOTE
     // [Writes through aliases]).
-    aliased_place.copy_(before);
+    WriteThroughPlace(region.view(before.scalar_type()), aliased_place, before);
     written_place.copy_(written);
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(
