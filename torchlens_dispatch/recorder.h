@@ -392,8 +392,11 @@ class Recorder : private BufferJournal::Tensors {
   void IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases);
   // Indexes one tensor of `storage`, whose entry `*entry` is found on first use.
   void IndexAlias(const at::Tensor& tensor, c10::StorageImpl* storage, StorageEntry** entry);
-  // Indexes again, where they are now, the written tensors PrepareWrite took out of the
-  // alias index (NOTE [Aliases change place]).
+  // `tensor`, just taken out of its storage's alias list, is indexed again after the op
+  // (once, whichever of its arguments it is).
+  void NoteMovedAlias(const at::Tensor& tensor);
+  // Indexes again, where they are now, the written tensors PrepareWrite and
+  // PrepareInplaceView took out of the alias index (NOTE [Aliases change place]).
   void IndexMovedAliases();
   // The source node of a tensor from outside the capture (NOTE [Constants]).
   int32_t AddConstantNode(const at::Tensor& tensor, std::string address);

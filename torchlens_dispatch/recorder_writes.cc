@@ -249,10 +249,7 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
           output_before, dead ? at::Tensor() : at::Tensor(std::move(held)), dead});
     }
     if (impl == written_impl) {
-      if (std::none_of(moved_aliases_.begin(), moved_aliases_.end(),
-                       [&](const at::Tensor& t) { return t.unsafeGetTensorImpl() == impl; })) {
-        moved_aliases_.push_back(tensor);
-      }
+      NoteMovedAlias(tensor);
       continue;  // dropped: IndexMovedAliases indexes it again
     }
     if (kept != i) storage.aliased[kept] = std::move(aliased);
@@ -290,6 +287,11 @@ void Recorder::PrepareInplaceView(const at::Tensor& tensor, int32_t written_tens
       [&](const AliasedTensor& aliased) { return aliased.alive._unsafe_get_target() == impl; });
   if (moved == storage.aliased.end()) return;
   storage.aliased.erase(moved);
+  NoteMovedAlias(tensor);
+}
+
+void Recorder::NoteMovedAlias(const at::Tensor& tensor) {
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
   if (std::none_of(moved_aliases_.begin(), moved_aliases_.end(),
                    [&](const at::Tensor& t) { return t.unsafeGetTensorImpl() == impl; })) {
     moved_aliases_.push_back(tensor);
