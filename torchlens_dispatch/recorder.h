@@ -56,6 +56,16 @@
 // per saved value (README "Performance"). Every saved value keeps its storage alive, so
 // a listed storage's address stays its own until the value is indexed.
 //
+// NOTE [Writes into memory no saved value shares]
+// Most nested writes fill the tensor their kernel has just made (addmm copies the bias
+// into its result before the product), so indexing the values saved since the last write
+// at each of them cost recurrent100 a hash insert per saved value and step. A saved value
+// holds a TensorImpl: either the written tensor itself, which the tensor table then knows
+// (its slot pins it, so its entry is not stale), or another TensorImpl on the same
+// storage, which then has more than one holder. So a write to a tensor the table does not
+// know, alone on its storage, shares no byte with an unindexed value, and leaves the list
+// as it is; the storage index is still read for what it already holds (dead views).
+//
 // NOTE [Writes through views]
 // `pad[:, :3].copy_(img)` writes the tensor `pad` through a view, and `x.mul_(2)` writes
 // every view of `x` taken before. Before an op writes a tensor, every saved value whose
@@ -374,6 +384,9 @@ class Recorder : private BufferJournal::Tensors {
   void Pin(const at::Tensor& tensor, TensorEntry* entry);
   // Adds unindexed_values_ to storages_; called before storages_ is read for saved values.
   void IndexSavedValues();
+  // Whether no saved value can share `tensor`'s bytes without the tensor table knowing
+  // `tensor` (NOTE [Writes into memory no saved value shares]).
+  bool AloneOnUnknownStorage(const at::Tensor& tensor) const;
   // Whether `tensor` shares its storage with a registered buffer.
   bool AliasesBuffer(const at::Tensor& tensor) const {
     return tensor.has_storage() &&

@@ -173,11 +173,16 @@ void Recorder::RestoreWrittenParameters() {
   }
 }
 
+bool Recorder::AloneOnUnknownStorage(const at::Tensor& tensor) const {
+  // See NOTE [Writes into memory no saved value shares].
+  return tensor.storage().use_count() == 1 && !tensors_.contains(tensor.unsafeGetTensorImpl());
+}
+
 void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor) {
   if (!tensor.defined() || !tensor.has_storage()) return;
   if (C10_UNLIKELY(may_halt_)) KeepParameterBeforeHalt(tensor);
   journal_.NoteWrite(tensor, kind, written_tensor);
-  IndexSavedValues();
+  if (!unindexed_values_.empty() && !AloneOnUnknownStorage(tensor)) IndexSavedValues();
   auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
   if (it == storages_.end()) return;
   StorageEntry& storage = it->second;
