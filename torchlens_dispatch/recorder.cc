@@ -565,6 +565,15 @@ int32_t Recorder::ParamId(const c10::TensorImpl* impl) {
     const size_t ahead = std::min(next_param_ + 16, order.size() - 1);
     __builtin_prefetch(&order[ahead]);
     __builtin_prefetch(&layout_->param_modules[ahead]);
+    if (saves_ && !streaming_) {
+      // Saving one reads its detached alias (AddUnseen), two pointers away: the layout
+      // entry's tensor 8 reads ahead and the TensorImpl it points to 4 ahead, each read
+      // from lines asked for earlier.
+      const size_t entry = std::min(next_param_ + 8, order.size() - 1);
+      __builtin_prefetch(&layout_->params[order[entry].second].saved);
+      const size_t impl = std::min(next_param_ + 4, order.size() - 1);
+      __builtin_prefetch(layout_->params[order[impl].second].saved.unsafeGetTensorImpl());
+    }
     return order[next_param_++].second;
   }
   auto it = layout_->param_ids.find(impl);
