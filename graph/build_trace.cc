@@ -268,7 +268,15 @@ TraceParts BuildGraph(CaptureRecord record) {
     auto saved_argument = [&](const at::Tensor& live) -> at::Tensor {
       if (next_source >= node.sources_end) return live;
       const SourceRecord& source = record.sources[next_source++];
-      return source.slot >= 0 ? record.slots[source.slot] : live;
+      if (source.slot >= 0) return record.slots[source.slot];
+      if (source.kind == SourceRecord::Kind::kParam && record.param_values != nullptr) {
+        const size_t param = static_cast<size_t>(source.index);
+        if (param < record.param_slots.size() && record.param_slots[param] >= 0) {
+          return record.slots[record.param_slots[param]];
+        }
+        if (param < record.param_values->size()) return (*record.param_values)[param];
+      }
+      return live;
     };
     op.creation_args = args_arena->Make(node.args_end - node.args_begin);
     for (int32_t a = node.args_begin; a < node.args_end; ++a) {

@@ -138,6 +138,12 @@ struct CaptureRecord {
   std::shared_ptr<const void> layout;  // owns the strings BufferRecord::address points to
   // Param ids (SourceRecord::kParam) index this.
   std::shared_ptr<const std::vector<std::string>> param_addresses;
+  // A saving capture's parameter arguments by reference, by param id (NOTE [Parameters
+  // read by reference] in torchlens_dispatch/recorder.h): a kParam source without a slot
+  // holds param_slots[id]'s value when that is set (the value from before the forward
+  // wrote the parameter), else param_values[id]; null when the capture saves nothing.
+  std::shared_ptr<const std::vector<at::Tensor>> param_values;
+  std::vector<int32_t> param_slots;
   // Shared by every trace of the model.
   std::shared_ptr<const std::map<std::string, Module>> modules;
   std::shared_ptr<const std::map<std::string, Param>> params;

@@ -75,13 +75,13 @@ struct CaptureOptions {
   // then ends at it: graph/non_finite.h's FirstNonFinite names it with its parents).
   bool stop_at_non_finite = false;
 
-  // Memory budget for the bytes of saved values (each saved tensor's elements); -1 for no
-  // limit. The check runs before each op: the first op to find the budget reached is
-  // not saved, nor is any after it (so the op that crossed it, the last one saved, may
-  // pass it by its own values). Finish then returns kResourceExhausted naming the op
-  // where saving stopped, or with `partial_on_budget` the trace (saved values up to
-  // there, metadata for all) marked partial. The model computes what it would have
-  // either way.
+  // Memory budget for the bytes of saved values (each saved tensor's elements; not the
+  // parameters, which a trace reads from the model by reference); -1 for no limit. The check runs
+  // before each op: the first op to find the budget reached is not saved, nor is any after it (so
+  // the op that crossed it, the last one saved, may pass it by its own values). Finish then returns
+  // kResourceExhausted naming the op where saving stopped, or with `partial_on_budget` the trace
+  // (saved values up to there, metadata for all) marked partial. The model computes what it would
+  // have either way.
   int64_t max_saved_bytes = -1;
   bool partial_on_budget = false;
 

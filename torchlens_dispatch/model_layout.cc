@@ -96,6 +96,14 @@ void FinishLayout(std::vector<std::pair<std::string, std::string>> modules, Mode
     const std::string owner = OwnerAddress(param.address);
     param.module = module_of(owner);
     param.saved = param.tensor.requires_grad() ? param.tensor.detach() : param.tensor;
+    layout->param_values.push_back(param.saved);
+    if (param.saved.unsafeGetTensorImpl() == param.tensor.unsafeGetTensorImpl()) {
+      layout->params_detached = false;
+    }
+    if (param.saved.has_storage()) {
+      layout->param_storages[param.saved.storage().unsafeGetStorageImpl()].push_back(
+          static_cast<int32_t>(i));
+    }
     layout->param_ids.emplace(param.tensor.unsafeGetTensorImpl(), static_cast<int32_t>(i));
     param_addresses->push_back(param.address);
     (*trace_params)[param.address] = Param{param.address, param.tensor.sizes().vec(), owner};

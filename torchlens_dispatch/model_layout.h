@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "graph/trace.h"
 #include "torchlens_dispatch/layer_classes.h"
 #include "torchlens_dispatch/module_fwd.h"
@@ -54,6 +55,13 @@ struct ModelLayout {
     at::Tensor saved;  // what traces keep: detached when the parameter requires grad
   };
   std::vector<ParamEntry> params;
+  // By parameter id, each entry's `saved`: the values a saving capture's parameter
+  // arguments hold by reference (NOTE [Parameters read by reference] in recorder.h).
+  std::vector<at::Tensor> param_values;
+  // The parameters whose `saved` lives in each storage, and whether every parameter's
+  // `saved` is a detached alias, which makes a storage with one holder no parameter's.
+  absl::flat_hash_map<const c10::StorageImpl*, absl::InlinedVector<int32_t, 1>> param_storages;
+  bool params_detached = true;
   // Some parameter shares its storage with a registered buffer when the model was laid
   // out (`register_buffer("b", weight.detach())`): only then do parameters need a look
   // at the buffers when first read (Recorder::AddUnseen).

@@ -357,6 +357,92 @@ TEST(NnCaptureTest, SavedViewsOfModelStateKeepTheirValuesAfterTheCapture) {
   EXPECT_GE(trace->capture_stats().copy_on_write_clones, 2);
 }
 
+// NOTE [Parameters read by reference]: a parameter read, then clamped in place by the
+// forward, then read again. The first read keeps the value it read, the second reads the
+// clamp's output, and neither changes when the model writes the parameter after the
+// capture.
+struct ClampedWeightImpl : torch::nn::Module {
+  ClampedWeightImpl() { w = register_parameter("w", torch::tensor({0.5f, 3.0f})); }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor before = x * w;
+    {
+      torch::NoGradGuard no_grad;
+      w.clamp_(c10::nullopt, 1.0);
+    }
+    torch::Tensor after = x * w;
+    return before + after;
+  }
+  torch::Tensor w;
+};
+TORCH_MODULE(ClampedWeight);
+
+TEST(NnCaptureTest, ParameterReadThenWrittenInPlaceKeepsEachReadsValue) {
+  ClampedWeight net;
+  const torch::Tensor x = torch::tensor({2.0f, 2.0f});
+  absl::StatusOr<Trace> trace = CaptureForward(net, x);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  {
+    torch::NoGradGuard no_grad;
+    net->w.fill_(7.0);
+  }
+  const std::vector<const Op*> muls = testing_util::OpsOfType(*trace, "mul");
+  ASSERT_EQ(muls.size(), 2u);
+  // By hand: [2, 2] * [0.5, 3] = [1, 6]; clamped, w is [0.5, 1], and [1, 2] is added.
+  EXPECT_THAT(muls[0]->parent_params, ElementsAre("w"));
+  EXPECT_TRUE(torch::equal(muls[0]->creation_args[1].toTensor(), torch::tensor({0.5f, 3.0f})));
+  EXPECT_TRUE(torch::equal(muls[0]->out, torch::tensor({1.0f, 6.0f})));
+  EXPECT_TRUE(muls[1]->parent_params.empty());  // it reads the clamp's output
+  EXPECT_TRUE(torch::equal(muls[1]->creation_args[1].toTensor(), torch::tensor({0.5f, 1.0f})));
+  EXPECT_TRUE(torch::equal(Get(*trace, "output_1").out, torch::tensor({2.0f, 8.0f})));
+  EXPECT_FALSE(muls[0]->creation_args[1].toTensor().requires_grad());
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed) << testing::PrintToString(report->failures);
+}
+
+// Two parameters that are views of one storage: the forward writes one, then reads the
+// other for the first time. Its value is kept like a written parameter's, so the model's
+// write after the capture does not reach the trace (NOTE [Parameters read by reference]).
+struct SharedStorageParamsImpl : torch::nn::Module {
+  SharedStorageParamsImpl() {
+    const torch::Tensor flat = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f});
+    a = register_parameter("a", flat.narrow(0, 0, 2));
+    b = register_parameter("b", flat.narrow(0, 2, 2));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    {
+      torch::NoGradGuard no_grad;
+      b.mul_(2.0);
+    }
+    torch::Tensor first = x * a;  // one statement each: the order of `+`'s operands is unspecified
+    return first + x * b;
+  }
+  torch::Tensor a, b;
+};
+TORCH_MODULE(SharedStorageParams);
+
+TEST(NnCaptureTest, ParameterFirstReadAfterItsStorageWasWrittenIsKept) {
+  SharedStorageParams net;
+  const torch::Tensor x = torch::tensor({1.0f, 10.0f});
+  absl::StatusOr<Trace> trace = CaptureForward(net, x);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  {
+    torch::NoGradGuard no_grad;
+    net->a.fill_(-1.0);
+    net->b.fill_(-1.0);
+  }
+  const std::vector<const Op*> muls = testing_util::OpsOfType(*trace, "mul");
+  ASSERT_EQ(muls.size(), 2u);
+  // By hand: a = [1, 2] and b doubled = [6, 8]: [1, 20] + [6, 80].
+  EXPECT_THAT(muls[0]->parent_params, ElementsAre("a"));
+  EXPECT_TRUE(torch::equal(muls[0]->creation_args[1].toTensor(), torch::tensor({1.0f, 2.0f})));
+  EXPECT_TRUE(torch::equal(muls[1]->creation_args[1].toTensor(), torch::tensor({6.0f, 8.0f})));
+  EXPECT_TRUE(torch::equal(Get(*trace, "output_1").out, torch::tensor({7.0f, 100.0f})));
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->passed) << testing::PrintToString(report->failures);
+}
+
 // A write through a view of a tensor the capture does not save (a selective capture that
 // saves only `add`) is an alias write as in the other modes: the op reading the base
 // afterwards hangs off the writer, not off the stale producer (NOTE [Writes through

@@ -84,6 +84,10 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   record.module_addresses = layout_->module_addresses;
   record.layout = layout_;
   record.param_addresses = layout_->param_addresses;
+  if (options_.save_activations) {  // NOTE [Parameters read by reference]
+    record.param_values =
+        std::shared_ptr<const std::vector<at::Tensor>>(layout_, &layout_->param_values);
+  }
   record.modules = layout_->trace_modules;
   record.params = layout_->trace_params;
   const ModelLayout::CaptureSizes& last = layout_->last_capture_sizes;
@@ -263,7 +267,10 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
     for (const c10::IValue& arg : args) {
       ForEachTensor(arg, [&](const at::Tensor& tensor) {
         SourceRecord& source = sources[s++];
-        if (source.slot >= 0 || !tensor.defined()) return;
+        // A parameter is read by reference (NOTE [Parameters read by reference]).
+        if (source.slot >= 0 || source.kind == SourceRecord::Kind::kParam || !tensor.defined()) {
+          return;
+        }
         source.slot = Save(tensor);
         if (TensorEntry* entry = Lookup(tensor.unsafeGetTensorImpl())) {
           entry->slot = source.slot;
@@ -565,15 +572,6 @@ int32_t Recorder::ParamId(const c10::TensorImpl* impl) {
     const size_t ahead = std::min(next_param_ + 16, order.size() - 1);
     __builtin_prefetch(&order[ahead]);
     __builtin_prefetch(&layout_->param_modules[ahead]);
-    if (saves_ && !streaming_) {
-      // Saving one reads its detached alias (AddUnseen), two pointers away: the layout
-      // entry's tensor 8 reads ahead and the TensorImpl it points to 4 ahead, each read
-      // from lines asked for earlier.
-      const size_t entry = std::min(next_param_ + 8, order.size() - 1);
-      __builtin_prefetch(&layout_->params[order[entry].second].saved);
-      const size_t impl = std::min(next_param_ + 4, order.size() - 1);
-      __builtin_prefetch(layout_->params[order[impl].second].saved.unsafeGetTensorImpl());
-    }
     return order[next_param_++].second;
   }
   auto it = layout_->param_ids.find(impl);

@@ -145,6 +145,26 @@
 // the model layout knows it. A parameter returned as a model output gets one too. Neither
 // has versions: constants are not model state.
 //
+// NOTE [Parameters read by reference]
+// A parameter's value is the model's, read through its detached alias
+// (ModelLayout::param_values), so a saving capture keeps nothing per parameter read: the
+// source names the parameter, no slot, no tensor-table entry, and the trace's arguments
+// take the layout's alias (CaptureRecord::param_values). A slot and a table entry per
+// parameter cost mlp2000 (4,000 parameters read once each) a tenth of its capture: a cold
+// reference count, a table twice the size of its op outputs, and their release with the
+// trace (README "Performance"). A parameter becomes an ordinary saved value only when the
+// forward writes the storage it lives in, which is rare (a weight clamped in `forward`, a
+// bias entry set through a view): before the write, each parameter read so far from that
+// storage is saved and entered in the table (KeepParameter), so that the write copies its
+// value first as it copies any saved value (NOTE [Copy-on-write of saved values]), and
+// CaptureRecord::param_slots gives the reads before it that copy. A parameter first read
+// after its storage was written is kept the same way, its values copied at the end as the
+// model may write it again (NOTE [Parameters written through views]). Deciding costs a
+// write one look at its storage's holders: a storage with one holder is no parameter's
+// when every parameter's value is a detached alias (its second holder); otherwise one
+// lookup in ModelLayout::param_storages. Streaming captures read parameters as themselves
+// already (below), and captures without saved values keep no parameter value.
+//
 // NOTE [Parameters restored after a halt]
 // A halted forward leaves the model as it was (CaptureOptions::halt_after): its buffers
 // through the journal, and the parameters the forward wrote in place (a weight clamped or
@@ -356,6 +376,12 @@ class Recorder : private BufferJournal::Tensors {
   TensorEntry* AddUnseen(const at::Tensor& tensor);
   // The parameter id of `impl`, or -1 (ModelLayout::param_order, then param_ids).
   int32_t ParamId(const c10::TensorImpl* impl);
+  // NOTE [Parameters read by reference]: parameter `param`, read so far by reference, as
+  // a saved value with a table entry from now on; its entry.
+  TensorEntry* KeepParameter(int32_t param);
+  // Before a write of `tensor`: KeepParameter for each parameter read so far from its
+  // storage.
+  void KeepWrittenParameters(const at::Tensor& tensor);
   TensorEntry* AddShallowCopy(const at::Tensor& tensor);
   int32_t AddInputNode(const at::Tensor& tensor);
   void RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
@@ -471,7 +497,13 @@ class Recorder : private BufferJournal::Tensors {
 
   absl::flat_hash_map<const void*, OpInfo> op_infos_;  // keyed by &op.schema()
   absl::flat_hash_map<const c10::TensorImpl*, TensorEntry> tensors_;
-  TensorEntry unsaved_param_;  // what AddUnseen returns for a parameter in unsaved mode
+  TensorEntry unsaved_param_;  // what AddUnseen returns for a parameter read by reference
+  // Per parameter id, in a saving capture that does not stream (NOTE [Parameters read by
+  // reference]): kParamRead once read, kParamKept once KeepParameter saved it. Empty until
+  // the first parameter read.
+  static constexpr uint8_t kParamRead = 1, kParamKept = 2;
+  std::vector<uint8_t> param_reads_;
+  bool param_storage_written_ = false;  // KeepWrittenParameters found a parameter's storage
   std::function<void(const at::Tensor&)> before_parameter_write_;  // SetBeforeParameterWrite
   size_t next_param_ = 0;  // in layout_->param_order: the parameter expected next
   absl::flat_hash_map<const c10::StorageImpl*, StorageEntry> storages_;

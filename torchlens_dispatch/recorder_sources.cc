@@ -24,23 +24,37 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
         return RememberInPlaceOf(tensor, buffer);
       }
     }
-    if (!saves_) {
-      // Nothing to remember about a parameter without its saved value: the layout finds
-      // it again, and the tensor table stays the size of the op outputs.
+    if (!streaming_) {
+      if (saves_) {
+        // NOTE [Parameters read by reference].
+        if (param_reads_.empty()) param_reads_.assign(layout_->params.size(), 0);
+        if (C10_UNLIKELY(param_storage_written_)) {
+          const auto written = storages_.find(tensor.storage().unsafeGetStorageImpl());
+          if (written != storages_.end() && written->second.written_param) {
+            return KeepParameter(param);
+          }
+        }
+        if (param_reads_[param] & kParamRead) {
+          // Read again (a recurrent weight): in the table from now on, so that its next
+          // reads end at their first lookup.
+          TensorEntry entry;
+          entry.param = param;
+          tensors_.insert_or_assign(impl, std::move(entry));
+          return Lookup(impl);
+        }
+        param_reads_[param] |= kParamRead;
+      }
+      // Nothing to remember about a parameter read by reference: the layout finds it
+      // again, and the tensor table stays the size of the op outputs.
       unsaved_param_ = TensorEntry();
       unsaved_param_.param = param;
       return &unsaved_param_;
     }
+    // Streaming: read as the parameter itself (no slot); its first write is watched: NOTE
+    // [Parameters written through views].
+    storages_[tensor.storage().unsafeGetStorageImpl()].streamed_param = param;
     TensorEntry entry;
     entry.param = param;
-    if (streaming_) {
-      // Read as the parameter itself (no slot); its first write is watched: NOTE
-      // [Parameters written through views].
-      storages_[tensor.storage().unsafeGetStorageImpl()].streamed_param = param;
-    } else {
-      // Noted as the parameter's (not its detached alias's) for its writes through views.
-      entry.slot = Save(layout_->params[param].saved, impl);
-    }
     tensors_.insert_or_assign(impl, std::move(entry));
     return Lookup(impl);
   }
@@ -69,6 +83,40 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   outside.slot = record_.OutputSlot(outside.node);
   Remember(tensor, std::move(outside));
   return Lookup(impl);
+}
+
+Recorder::TensorEntry* Recorder::KeepParameter(int32_t param) {
+  // See NOTE [Parameters read by reference].
+  param_reads_[param] |= kParamKept;
+  const ModelLayout::ParamEntry& layout = layout_->params[param];
+  const c10::TensorImpl* impl = layout.tensor.unsafeGetTensorImpl();
+  // Noted as the parameter's (not its detached alias's) for its writes through views.
+  const int32_t slot = Save(layout.saved, impl);
+  std::vector<int32_t>& param_slots = record_.record().param_slots;
+  if (param_slots.empty()) param_slots.assign(layout_->params.size(), -1);
+  param_slots[param] = slot;
+  // An op that returned the parameter itself (`contiguous`) made it its output: the
+  // parameter's later reads read that output, as they would had it been kept from the
+  // start.
+  if (TensorEntry* known = Lookup(impl)) {
+    if (known->param == param) known->slot = slot;  // entered when read again
+    return known;
+  }
+  TensorEntry entry;
+  entry.param = param;
+  entry.slot = slot;
+  tensors_.insert_or_assign(impl, std::move(entry));
+  return Lookup(impl);
+}
+
+void Recorder::KeepWrittenParameters(const at::Tensor& tensor) {
+  if (layout_->params_detached && tensor.storage().use_count() == 1) return;
+  const auto it = layout_->param_storages.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == layout_->param_storages.end()) return;
+  param_storage_written_ = true;
+  for (const int32_t param : it->second) {
+    if (param_reads_[param] == kParamRead) KeepParameter(param);
+  }
 }
 
 Recorder::TensorEntry* Recorder::RememberInPlaceOf(const at::Tensor& tensor, int32_t buffer) {

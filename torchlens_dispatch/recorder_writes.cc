@@ -182,6 +182,7 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
   if (!tensor.defined() || !tensor.has_storage()) return;
   if (C10_UNLIKELY(may_halt_)) KeepParameterBeforeHalt(tensor);
   journal_.NoteWrite(tensor, kind, written_tensor);
+  if (!param_reads_.empty()) KeepWrittenParameters(tensor);  // NOTE [Parameters read by reference]
   if (!unindexed_values_.empty() && !AloneOnUnknownStorage(tensor)) IndexSavedValues();
   auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
   if (it == storages_.end()) return;
