@@ -5,12 +5,14 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "graph/torch_load.h"
 #include "gtest/gtest.h"
 
 namespace torchlens {
@@ -496,6 +498,107 @@ TEST(ArchiveCheckTest, ZipDirectoriesThatLieAreRefused) {
   long_entry[directory + 23] = '\x7f';  // the directory's sizes, not the local header's, count
   long_entry[directory + 27] = '\x7f';
   EXPECT_THAT(Message(long_entry), HasSubstr("bytes past the end"));
+}
+
+}  // namespace
+}  // namespace torchlens
+
+namespace torchlens {
+namespace {
+
+// restore_type_tag(list, tag), the way TorchScript's pickler types a list.
+std::string Tagged(const std::string& list, const std::string& tag) {
+  return "ctorch.jit._pickle\nrestore_type_tag\n(" + list + Str(tag) + "tR";
+}
+
+std::string Saved(const std::string& body) {
+  return Zip({{"archive/data.pkl", Program(body)}, {"archive/version", "3\n"}});
+}
+
+// Helper review, 2026-12-06. LibTorch's type parser recurses once per bracket: a tag of
+// 200,000 "List[" overflowed the stack when the list was built (a crash, not a status).
+TEST(ArchiveCheckTest, TypeTagsNoTypeHasAreRefusedBeforeAnythingParsesThem) {
+  std::string deep;
+  for (int i = 0; i < 200000; ++i) deep += "List[";
+  deep += "int";
+  deep += std::string(200000, ']');
+  EXPECT_THAT(Message(Saved(Tagged("]", deep))),
+              HasSubstr("a type tag that no TorchScript type has (1200003 characters"));
+  EXPECT_THAT(Message(Saved(Tagged("]", std::string(33, '[') + std::string(33, ']')))),
+              HasSubstr("nested at most 32 deep"));
+  EXPECT_THAT(Message(Saved(Tagged("]", "List[int]]"))), HasSubstr("a type tag that no"));
+  EXPECT_TRUE(CheckTorchArchive(Saved(Tagged("]", "Dict[str, List[Tuple[Tensor, int]]]")),
+                                ArchiveKind::kTorchSave)
+                  .ok());
+}
+
+std::string Float(double value) {  // BINFLOAT: big-endian IEEE double
+  uint64_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  std::string out = "G";
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>(bits >> (8 * i)));
+  return out;
+}
+
+// _rebuild_qtensor of one QInt8 element of storage data/0 with `quantizer`.
+std::string QTensor(const std::string& quantizer) {
+  return "ctorch._utils\n_rebuild_qtensor\n((" + Str("storage") + "ctorch\nQInt8Storage\n" +
+         Str("0") + Str("cpu") + Int(1) + "tQ" + Int(0) + Ints({1}) + Ints({1}) + quantizer +
+         "\x89" + "ccollections\nOrderedDict\n)R" + "tR";
+}
+
+// Helper review, 2026-12-06: per-channel scales that are themselves quantized tensors,
+// chained, made building the value recurse once per link (50,000 links in 2 MB overflowed
+// the stack). A quantizer's parameters are plain tensors.
+TEST(ArchiveCheckTest, QuantizersHoldingQuantizedTensorsAreRefused) {
+  const std::string per_tensor = "(ctorch\nper_tensor_affine\n" + Float(0.5) + Int(0) + "t";
+  const std::string plain = Zip({{"archive/data.pkl", Program(QTensor(per_tensor))},
+                                 {"archive/data/0", std::string(1, '\0')},
+                                 {"archive/version", "3\n"}});
+  ASSERT_TRUE(CheckTorchArchive(plain, ArchiveKind::kTorchSave).ok());
+  const std::string chained =
+      "(ctorch\nper_channel_affine\n" + QTensor(per_tensor) + QTensor(per_tensor) + Int(0) + "t";
+  EXPECT_THAT(Message(Zip({{"archive/data.pkl", Program(QTensor(chained))},
+                           {"archive/data/0", std::string(1, '\0')},
+                           {"archive/version", "3\n"}})),
+              HasSubstr("torch._utils._rebuild_qtensor whose quantizer holds a quantized tensor"));
+}
+
+// Helper review, 2026-12-06: directory entries naming one record's bytes multiply what a
+// small file inflates to (2,000 entries over one 64 MB deflated record of zeros: a 300 KB
+// file, 128 GB). Every zip writer gives each entry bytes of its own.
+TEST(ArchiveCheckTest, EntriesSharingBytesAreRefused) {
+  const std::string good = Zip({{"a/data.pkl", Program("N")}, {"a/version", "3\n"}});
+  ASSERT_TRUE(CheckTorchArchive(good, ArchiveKind::kTorchSave).ok());
+  std::string shared = good;
+  const size_t second = shared.rfind("PK\x01\x02");  // a/version's directory entry
+  ASSERT_NE(second, std::string::npos);
+  for (int i = 0; i < 4; ++i) shared[second + 42 + i] = '\0';  // its local header: a/data.pkl's
+  EXPECT_THAT(Message(shared), HasSubstr("two zip entries share the bytes at offset 0"));
+}
+
+}  // namespace
+}  // namespace torchlens
+
+namespace torchlens {
+namespace {
+
+// What the archive check lets through, LoadPickled builds only when the tag names a type
+// and the elements have it: LibTorch's parser returns null for "Union" (a null dereference
+// before), and a List[str] of ints would reach kernels as strings.
+TEST(ArchiveCheckTest, ListsAreBuiltOnlyAsTheTypeTheirTagNames) {
+  absl::StatusOr<c10::IValue> ints =
+      LoadPickled(Saved(Tagged("](" + Int(1) + Int(2) + "e", "List[int]")));
+  ASSERT_TRUE(ints.ok()) << ints.status();
+  EXPECT_EQ(ints->toIntVector(), (std::vector<int64_t>{1, 2}));
+  absl::StatusOr<c10::IValue> union_tag = LoadPickled(Saved(Tagged("]", "Union")));
+  EXPECT_EQ(union_tag.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(union_tag.status().message()),
+              HasSubstr("tagged with the unknown type 'Union'"));
+  absl::StatusOr<c10::IValue> lying = LoadPickled(Saved(Tagged("](" + Int(1) + "e", "List[str]")));
+  EXPECT_EQ(lying.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(lying.status().message()),
+              HasSubstr("tagged 'List[str]' but holds a value of type int"));
 }
 
 }  // namespace

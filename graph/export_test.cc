@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "graph/json_export.h"
 #include "graph/op_fields.h"
+#include "graph/op_timing.h"
 #include "graph/trace_file.h"
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
@@ -27,6 +28,7 @@ namespace {
 
 using ::torchlens::testing_util::Capture;
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 bool BitIdentical(const at::Tensor& a, const at::Tensor& b) {
@@ -234,6 +236,100 @@ TEST(TraceFileTest, FilesWhosePartsContradictEachOtherAreRefused) {
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.message));
   }
+}
+
+// Module addresses are names joined by single dots, nested at most 2,048 levels in at
+// most 64 KiB (helper review, 2026-12-06: an address of 200,000 levels made the summary's
+// module totals and the picture's clusters quadratic, and the picture's recursion
+// overflowed the stack); anything else is refused naming the op.
+TEST(TraceFileTest, MalformedOrRunawayModuleAddressesAreRefused) {
+  const Trace trace = Capture("mlp");
+  const std::vector<char> bytes = SavedBytes(trace, "mlp.modules.pt");
+  std::string deep;
+  for (int i = 0; i < 2100; ++i) absl::StrAppend(&deep, i == 0 ? "" : ".", "m");
+  for (const std::string& address : {std::string("fc1..relu"), std::string(".fc1"),
+                                     std::string("fc1."), deep, std::string(70000, 'a')}) {
+    SCOPED_TRACE(address.substr(0, 20));
+    c10::impl::GenericDict root = torch::jit::pickle_load(bytes).toGenericDict();
+    root.at("ops").toListRef()[1].toGenericDict().insert_or_assign("module_address", address);
+    absl::StatusOr<Trace> parsed = ParseTraceFile(torch::jit::pickle_save(root));
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()),
+                AllOf(HasSubstr(absl::StrCat("op \"", trace.ops()[1].label, "\"")),
+                      HasSubstr("at most 2048 levels and 65536 bytes")));
+  }
+  // The deepest legitimate nesting loads.
+  c10::impl::GenericDict root = torch::jit::pickle_load(bytes).toGenericDict();
+  const std::string deepest = deep.substr(0, 2 * 2048 - 1);
+  root.at("ops").toListRef()[1].toGenericDict().insert_or_assign("module_address", deepest);
+  absl::StatusOr<Trace> parsed = ParseTraceFile(torch::jit::pickle_save(root));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->ops()[1].module_address, deepest);
+}
+
+// Labels, addresses and messages are whatever a file held: JSON outputs replace bytes that
+// are not UTF-8 (U+FFFD) rather than throwing, which lost every output of the tool.
+TEST(TraceFileTest, TextThatIsNotUtf8StillExportsAsJson) {
+  const Trace trace = Capture("mlp");
+  const std::vector<char> bytes = SavedBytes(trace, "mlp.utf8.pt");
+  c10::impl::GenericDict root = torch::jit::pickle_load(bytes).toGenericDict();
+  const size_t last = trace.ops().size() - 1;  // an output: no op names it as a parent
+  root.at("ops").toListRef()[last].toGenericDict().insert_or_assign("label",
+                                                                    std::string("out\xff_1"));
+  absl::StatusOr<Trace> parsed = ParseTraceFile(torch::jit::pickle_save(root));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::string> json = TraceToJson(*parsed);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr("out\xef\xbf\xbd_1"));
+  EXPECT_TRUE(nlohmann::json::parse(*json).is_object());
+  ValidationReport report;
+  report.failures = {"relu\xfe: value mismatch"};
+  EXPECT_THAT(ValidationReportToJson(report), HasSubstr("relu\xef\xbf\xbd: value mismatch"));
+}
+
+// Module totals and Chrome trace events, by hand: each module's time is its ops' and its
+// submodules', and a module call spans its ops; a 2,000-level module nests as deep.
+TEST(OpTimingTest, ModuleTotalsAndCallsOfHandTimedOps) {
+  TraceParts parts = Capture("mlp").Parts();
+  ASSERT_GE(parts.ops.size(), 5u);
+  std::string deep;
+  for (int i = 0; i < 2000; ++i) absl::StrAppend(&deep, i == 0 ? "" : ".", "m");
+  const std::vector<std::string> addresses = {"a.b.c", "a.b", "a.d", "", deep};
+  for (size_t i = 0; i < parts.ops.size(); ++i) {
+    Op& op = parts.ops[i];
+    op.start_ns = i < addresses.size() ? static_cast<int64_t>(100 * i) : -1;
+    op.duration_ns = i < addresses.size() ? static_cast<int64_t>(10 * (i + 1)) : -1;
+    op.module_address = i < addresses.size() ? addresses[i] : "";
+  }
+  const Trace trace = Trace::Assemble(std::move(parts));
+  const std::map<std::string, int64_t> totals = ModuleTotals(trace);
+  EXPECT_EQ(totals.size(), 5u + 2000u);  // "", a, a.b, a.b.c, a.d, and m ... m.m...m
+  EXPECT_EQ(totals.at(""), 10 + 20 + 30 + 40 + 50);
+  EXPECT_EQ(totals.at("a"), 10 + 20 + 30);
+  EXPECT_EQ(totals.at("a.b"), 10 + 20);
+  EXPECT_EQ(totals.at("a.b.c"), 10);
+  EXPECT_EQ(totals.at("a.d"), 30);
+  EXPECT_EQ(totals.at("m"), 50);
+  EXPECT_EQ(totals.at(deep), 50);
+
+  absl::StatusOr<std::string> chrome = ChromeTraceJson(trace);
+  ASSERT_TRUE(chrome.ok()) << chrome.status();
+  std::map<std::string, std::pair<double, double>> calls;  // module -> (ts, dur), in us
+  int module_events = 0;
+  const nlohmann::json parsed = nlohmann::json::parse(*chrome);
+  for (const nlohmann::json& event : parsed["traceEvents"]) {
+    if (event["cat"] != "module") continue;
+    ++module_events;
+    calls[event["name"]] = {event["ts"], event["dur"]};
+  }
+  // a and a.b open once for ops 0-2 (a.b closes after op 1), a.b.c and a.d once each, and
+  // every level of the deep address once.
+  EXPECT_EQ(module_events, 4 + 2000);
+  EXPECT_EQ(calls.at("a"), std::make_pair(0.0, 0.23));    // 0 ns to op 2's end (200 + 30)
+  EXPECT_EQ(calls.at("a.b"), std::make_pair(0.0, 0.12));  // to op 1's end (100 + 20)
+  EXPECT_EQ(calls.at("a.b.c"), std::make_pair(0.0, 0.01));
+  EXPECT_EQ(calls.at("a.d"), std::make_pair(0.2, 0.03));
+  EXPECT_EQ(calls.at(deep), std::make_pair(0.4, 0.05));
 }
 
 // Version 1 files have none of the fields version 2 added (NOTE [One Op field table] says

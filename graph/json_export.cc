@@ -146,7 +146,9 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
     }
     root[name] = std::move(member);
   }
-  return root.dump(2);
+  // Labels and addresses read from a file may not be UTF-8: replaced (U+FFFD), never
+  // thrown, so that the other outputs are still written.
+  return root.dump(2, ' ', false, Json::error_handler_t::replace);
 }
 
 absl::Status WriteJson(const Trace& trace, const std::string& path, const JsonMembers& extra) {

@@ -1,28 +1,21 @@
 #include "graph/op_timing.h"
 
+#include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "graph/file_io.h"
 
 namespace torchlens {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// "a.b.c" -> {"a", "a.b", "a.b.c"}.
-std::vector<std::string> ModulePath(const std::string& address) {
-  std::vector<std::string> path;
-  std::string prefix;
-  for (absl::string_view part : absl::StrSplit(address, '.', absl::SkipEmpty())) {
-    prefix = prefix.empty() ? std::string(part) : absl::StrCat(prefix, ".", part);
-    path.push_back(prefix);
-  }
-  return path;
-}
 
 Json Event(const std::string& name, const std::string& category, int64_t start_ns, int64_t end_ns) {
   return {{"name", name},
@@ -44,12 +37,40 @@ bool HasOpTimes(const Trace& trace) {
 }
 
 std::map<std::string, int64_t> ModuleTotals(const Trace& trace) {
-  std::map<std::string, int64_t> totals;
+  // Each op's time goes to its own module, then each module's total to its parent's,
+  // deepest modules first: every module name is made once, however many ops ran in it and
+  // however deep it nests (one op's ancestors made anew per op cost a crafted file of
+  // 200,000-level addresses quadratic time and memory).
+  absl::flat_hash_map<std::string, int64_t> own;
+  int64_t all = 0;
+  bool any = false;
   for (const Op& op : trace.ops()) {
     if (op.duration_ns < 0) continue;
-    totals[""] += op.duration_ns;
-    for (const std::string& module : ModulePath(op.module_address))
-      totals[module] += op.duration_ns;
+    any = true;
+    all += op.duration_ns;
+    if (!op.module_address.empty()) own[op.module_address] += op.duration_ns;
+  }
+  std::vector<std::pair<size_t, std::string>> by_depth;  // (dots, address)
+  std::vector<std::string> pending;
+  for (const auto& [address, ns] : own) pending.push_back(address);
+  while (!pending.empty()) {
+    std::string address = std::move(pending.back());
+    pending.pop_back();
+    const size_t dot = address.rfind('.');
+    if (dot != std::string::npos && own.try_emplace(address.substr(0, dot), 0).second) {
+      pending.push_back(address.substr(0, dot));
+    }
+    by_depth.emplace_back(static_cast<size_t>(std::count(address.begin(), address.end(), '.')),
+                          std::move(address));
+  }
+  std::sort(by_depth.begin(), by_depth.end(), std::greater<>());
+  std::map<std::string, int64_t> totals;
+  if (any) totals[""] = all;
+  for (const auto& [dots, address] : by_depth) {
+    const int64_t ns = own[address];
+    const size_t dot = address.rfind('.');
+    if (dot != std::string::npos) own[address.substr(0, dot)] += ns;
+    totals.emplace(address, ns);
   }
   return totals;
 }
@@ -76,13 +97,32 @@ absl::StatusOr<std::string> ChromeTraceJson(const Trace& trace) {
   };
   for (const Op& op : trace.ops()) {
     if (op.duration_ns < 0) continue;
-    const std::vector<std::string> path = ModulePath(op.module_address);
+    // The calls open are the modules of the last timed op's address. Those the op's address
+    // shares end at a dot (or the end) of both addresses within their common characters:
+    // found in one pass over the address, not by comparing module names level by level.
+    const absl::string_view address = op.module_address;
+    const absl::string_view last = open.empty() ? absl::string_view() : open.back().address;
+    const size_t same = static_cast<size_t>(
+        std::mismatch(address.begin(), address.begin() + std::min(address.size(), last.size()),
+                      last.begin())
+            .first -
+        address.begin());
+    std::vector<size_t> ends;  // where each module of the op's address ends
+    for (size_t i = 0; i <= address.size(); ++i) {
+      if (i == address.size() || address[i] == '.') {
+        if (i > (ends.empty() ? 0 : ends.back() + 1)) ends.push_back(i);
+      }
+    }
     size_t common = 0;
-    while (common < open.size() && common < path.size() && open[common].address == path[common]) {
+    while (common < ends.size() && common < open.size() && ends[common] <= same &&
+           (ends[common] == last.size() || last[ends[common]] == '.') &&
+           open[common].address.size() == ends[common]) {
       ++common;
     }
     close_to(common);
-    for (size_t d = common; d < path.size(); ++d) open.push_back(Call{path[d], op.start_ns, 0});
+    for (size_t d = common; d < ends.size(); ++d) {
+      open.push_back(Call{std::string(address.substr(0, ends[d])), op.start_ns, 0});
+    }
     const int64_t end_ns = op.start_ns + op.duration_ns;
     for (Call& call : open) call.end_ns = std::max(call.end_ns, end_ns);
     Json event = Event(op.label, op.type, op.start_ns, end_ns);
@@ -93,7 +133,8 @@ absl::StatusOr<std::string> ChromeTraceJson(const Trace& trace) {
   Json root;
   root["traceEvents"] = std::move(events);
   root["displayTimeUnit"] = "ns";
-  return root.dump();
+  // Labels and addresses read from a file may not be UTF-8: replaced, never thrown.
+  return root.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 absl::Status WriteChromeTrace(const Trace& trace, const std::string& path) {

@@ -56,6 +56,24 @@ const char* KindName(Kind kind) {
   return "a value";
 }
 
+// Whether `tag` can be a type tag TorchScript's pickler wrote ("List[Tensor]",
+// "Dict[str, List[Tuple[Tensor, int]]]"). Tags are parsed by LibTorch's type parser, which
+// recurses once per bracket with no limit of its own: a tag of 200,000 "List[" overflowed
+// the stack (a crash no status can report), so tags are bounded before anything parses
+// them. Real tags are a few dozen characters and nest a few levels.
+constexpr size_t kMaxTypeTagLength = 4096;
+constexpr int kMaxTypeTagNesting = 32;
+bool PlausibleTypeTag(absl::string_view tag) {
+  if (tag.empty() || tag.size() > kMaxTypeTagLength) return false;
+  int depth = 0;
+  for (const char c : tag) {
+    if (c == '[' || c == '(') ++depth;
+    if (c == ']' || c == ')') --depth;
+    if (depth > kMaxTypeTagNesting || depth < 0) return false;
+  }
+  return depth == 0;
+}
+
 // The storage classes `torch.save` names (torch.FloatStorage, ...) and their item sizes.
 uint64_t StorageItemSize(absl::string_view dtype) {
   static constexpr std::pair<const char*, uint64_t> kStorages[] = {
@@ -568,7 +586,21 @@ class Machine {
       return Error(absl::StrCat(name, " with ", args.size(), " arguments"));
     }
     PickledTensor tensor;
-    if (quantized) tensor.quantizer = args[4];
+    if (quantized) {
+      // A quantizer's scales and zero points are plain tensors. One that is itself
+      // quantized makes each link of a chain of them one more level of recursion when the
+      // values are built: a 2 MB file of such links overflowed the stack.
+      const PickleNode& parameters = Node(args[4]);
+      if (parameters.kind == Kind::kTuple) {
+        for (const uint32_t item : parameters.items) {
+          if (Node(item).kind == Kind::kTensor &&
+              values_.tensors[Node(item).index].quantizer != kNoNode) {
+            return Error(absl::StrCat(name, " whose quantizer holds a quantized tensor"));
+          }
+        }
+      }
+      tensor.quantizer = args[4];
+    }
     const PickleNode& offset = Node(args[1]);
     const size_t requires_grad = quantized ? 5 : 4;
     if (Node(args[0]).kind != Kind::kStorage || offset.kind != Kind::kInt ||
@@ -634,6 +666,12 @@ class Machine {
     if (name == "torch.jit._pickle.restore_type_tag") {
       if (absl::Status s = arity(2); !s.ok()) return s;
       if (Node(args[1]).kind != Kind::kString) return Error("a type tag that is not a string");
+      if (!PlausibleTypeTag(Node(args[1]).text)) {
+        return Error(absl::StrCat("a type tag that no TorchScript type has (",
+                                  Node(args[1]).text.size(), " characters; tags are at most ",
+                                  kMaxTypeTagLength, " with brackets balanced and nested at most ",
+                                  kMaxTypeTagNesting, " deep)"));
+      }
       if (Node(args[0]).kind == Kind::kList || Node(args[0]).kind == Kind::kDict) {
         Node(args[0]).type_tag = Node(args[1]).text;
       }

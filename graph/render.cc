@@ -16,7 +16,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "graph/dead_nodes.h"
 #include "graph/file_io.h"
 #include "graph/render_groups.h"
@@ -82,14 +81,20 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
   std::map<std::string, Cluster> clusters;  // "" is the top level
   clusters[""];
   auto cluster_of = [&](const std::string& address) -> Cluster& {
-    // Make sure every ancestor cluster exists and lists its child.
-    std::string parent;
-    for (absl::string_view part : absl::StrSplit(address, '.', absl::SkipEmpty())) {
-      const std::string child =
-          parent.empty() ? std::string(part) : absl::StrCat(parent, ".", part);
+    // Make sure every ancestor cluster exists and lists its child: walking up from the
+    // address to the first cluster that exists, so each module's name is made once however
+    // many ops it ran (made per op and level, a crafted file's deep addresses cost
+    // quadratic time).
+    if (auto it = clusters.find(address); it != clusters.end()) return it->second;
+    std::string child = address;
+    while (true) {
+      const size_t dot = child.rfind('.');
+      std::string parent = dot == std::string::npos ? std::string() : child.substr(0, dot);
+      const bool known = clusters.count(parent) > 0;
       clusters[parent].children.insert(child);
       clusters[child];
-      parent = child;
+      if (known) break;
+      child = std::move(parent);
     }
     return clusters[address];
   };

@@ -3,6 +3,7 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dynamic_type.h>
 #include <ATen/core/jit_type.h>
 #include <ATen/ops/_empty_affine_quantized.h>
 #include <ATen/ops/_empty_per_channel_affine_quantized.h>
@@ -110,13 +111,44 @@ class Converter {
         " is ", what, "; expected tensors, and lists, tuples and dicts of them"));
   }
 
+  // The type a list's or dict's tag names (bounded for the parser: PlausibleTypeTag in
+  // pickle_values.cc). LibTorch's parser returns null for some names ("Union") rather
+  // than throwing, and a DynamicType, which no cast to ListType or DictType matches (so tags
+  // went unused until 2026-12-06): its static equivalent is what lists are built with.
   absl::StatusOr<c10::TypePtr> Tagged(const PickleNode& node, const std::string& path) const {
+    c10::TypePtr type;
     try {
-      return c10::parseType(node.type_tag);
+      type = c10::parseType(node.type_tag);
+      if (type != nullptr) {
+        if (const auto* dynamic = type->castRaw<c10::DynamicType>()) type = dynamic->fallback();
+      }
     } catch (const std::exception&) {
+      type = nullptr;
+    }
+    if (type == nullptr) {
       return Refuse(path, absl::StrCat("tagged with the unknown type '",
                                        absl::CHexEscape(node.type_tag), "'"));
     }
+    return type;
+  }
+
+  // A tag that its elements do not fit would give kernels a List[int] of tensors.
+  absl::Status CheckTagged(const c10::TypePtr& element_type,
+                           const std::vector<c10::IValue>& elements, const PickleNode& node,
+                           const std::string& path) const {
+    for (const c10::IValue& element : elements) {
+      // An untagged empty container (List[Any]) is any list's or dict's empty value.
+      if ((element.isList() && element.toListRef().empty()) ||
+          (element.isGenericDict() && element.toGenericDict().empty())) {
+        continue;
+      }
+      if (!element.type()->isSubtypeOf(*element_type)) {
+        return Refuse(path,
+                      absl::StrCat("tagged '", absl::CHexEscape(node.type_tag),
+                                   "' but holds a value of type ", element.type()->repr_str()));
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<at::Storage> StorageOf(uint32_t index) {
@@ -234,7 +266,10 @@ class Converter {
     if (!node.type_tag.empty()) {
       absl::StatusOr<c10::TypePtr> tagged = Tagged(node, path);
       if (!tagged.ok()) return tagged.status();
-      if (auto list = (*tagged)->cast<c10::ListType>()) element_type = list->getElementType();
+      if (auto list = (*tagged)->cast<c10::ListType>()) {
+        element_type = list->getElementType();
+        if (absl::Status s = CheckTagged(element_type, *elements, node, path); !s.ok()) return s;
+      }
     }
     c10::impl::GenericList list(element_type);
     list.reserve(elements->size());
@@ -268,6 +303,8 @@ class Converter {
       if (auto dict = (*tagged)->cast<c10::DictType>()) {
         key_type = dict->getKeyType();
         value_type = dict->getValueType();
+        if (absl::Status s = CheckTagged(key_type, keys, node, path); !s.ok()) return s;
+        if (absl::Status s = CheckTagged(value_type, values, node, path); !s.ok()) return s;
       }
     }
     c10::impl::GenericDict dict(key_type, value_type);

@@ -460,6 +460,56 @@ absl::Status CheckConsistent(const std::vector<Op>& ops) {
   return absl::OkStatus();
 }
 
+// Module addresses name modules as capture writes them ("layer1.0.conv1"): dot-separated
+// names, none empty. Their nesting bounds the recursion of the pictures' clusters and the
+// size of the per-module listings (a crafted address of 200,000 levels made the summary's
+// module totals quadratic); the depth bench's 1,000-level model is the deepest we build.
+constexpr size_t kMaxModuleAddressBytes = 64 << 10;
+constexpr size_t kMaxModuleDepth = 2048;
+absl::Status CheckModuleAddress(absl::string_view address, absl::string_view where) {
+  if (address.empty()) return absl::OkStatus();  // the model itself
+  size_t depth = 1, component = 0;
+  for (const char c : address) {
+    if (c != '.') {
+      ++component;
+      continue;
+    }
+    if (component == 0) break;
+    component = 0;
+    ++depth;
+  }
+  if (component == 0 || address.size() > kMaxModuleAddressBytes || depth > kMaxModuleDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed trace file: ", where, " has the module address \"",
+                     absl::CHexEscape(address.substr(0, 200)), address.size() > 200 ? "..." : "",
+                     "\" (", address.size(),
+                     " bytes); a module address is module names joined by single dots, at "
+                     "most ",
+                     kMaxModuleDepth, " levels and ", kMaxModuleAddressBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckModuleAddresses(const TraceParts& parts) {
+  for (const Op& op : parts.ops) {
+    if (absl::Status s = CheckModuleAddress(
+            op.module_address, absl::StrCat("op \"", absl::CHexEscape(op.label), "\""));
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (const auto& [address, module] : *parts.modules) {
+    if (absl::Status s = CheckModuleAddress(address, "a module"); !s.ok()) return s;
+  }
+  for (const auto& [address, param] : *parts.params) {
+    if (absl::Status s = CheckModuleAddress(param.module_address, "a param"); !s.ok()) return s;
+  }
+  for (const auto& [address, buffer] : parts.buffers) {
+    if (absl::Status s = CheckModuleAddress(buffer.module_address, "a buffer"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 // `owner`, when not null, keeps `bytes` mapped: tensors are made over them in place.
 absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> owner) {
   absl::StatusOr<c10::IValue> loaded = LoadPickledInPlace(bytes, std::move(owner));
@@ -536,6 +586,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
     parts.stats.marked_sites = s.Int(stats, "marked_sites");
     parts.stats.interpreter_sites = s.Int(stats, "interpreter_sites");
     if (absl::Status consistent = CheckConsistent(parts.ops); !consistent.ok()) return consistent;
+    if (absl::Status modules = CheckModuleAddresses(parts); !modules.ok()) return modules;
     return Trace::Assemble(std::move(parts));
   } catch (const Reader::Malformed& malformed) {
     return absl::InvalidArgumentError(absl::StrCat("malformed trace file: ", malformed.message));

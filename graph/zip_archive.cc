@@ -86,6 +86,9 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
     return Bad("the zip directory claims more entries than it holds");
   ZipArchive archive;
   archive.bytes_ = data;
+  // Each entry's bytes, local header to data end, for the overlap check below.
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  spans.reserve(entries);
   uint64_t at = directory_offset;
   for (uint64_t index = 0; index < entries; ++index) {
     if (!bytes.Has(at, 46) || bytes.Read(at, 4) != kDirectoryEntry) {
@@ -173,10 +176,22 @@ absl::StatusOr<ZipArchive> ZipArchive::Open(absl::string_view data) {
                               " appears twice (names are compared without regard to case, as "
                               "LibTorch's reader compares them)"));
     }
+    spans.emplace_back(local, entry.data_offset + compressed);
     archive.entries_.push_back(std::move(entry));
     at += 46 + name_length + extra_length + comment_length;
   }
   if (archive.entries_.empty()) return Bad("a zip archive without entries");
+  // Entries sharing bytes: 2,000 directory entries naming one deflated record of 64 MB of
+  // zeros make a 300 KB file that inflates to 128 GB, which the bound on inflated size
+  // (each entry's deflate ratio, so the file's size) assumes cannot happen. Zip writers
+  // give every entry bytes of its own.
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].first < spans[i - 1].second) {
+      return Bad(absl::StrCat("two zip entries share the bytes at offset ", spans[i].first,
+                              "; each entry of a zip archive has bytes of its own"));
+    }
+  }
   // As LibTorch's reader: every record lives in the first entry's directory.
   const std::string& first = archive.entries_.front().name;
   const size_t slash = first.find('/');

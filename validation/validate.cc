@@ -689,7 +689,8 @@ std::string ValidationReportToJson(const ValidationReport& report) {
   json["perturbations_checked"] = report.perturbations_checked;
   json["unproved"] = report.unproved;
   json["not_checked"] = report.not_checked;
-  return json.dump();
+  // Labels read from a file may not be UTF-8: replaced (U+FFFD), never thrown.
+  return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace torchlens
