@@ -227,6 +227,12 @@ TEST(TraceFileTest, FilesWhosePartsContradictEachOtherAreRefused) {
       {saved, "tensor_dtype", std::string("Bogus"), "dtype \"Bogus\", but its saved value"},
       {last, "label", trace.ops()[0].label,
        absl::StrCat("label \"", trace.ops()[0].label, "\" appears twice")},
+      // Helper review, 2026-12-06: ints were truncated (pass 2^32 + 1 read as 1) and times
+      // summed past int64.
+      {saved, "pass", int64_t{(int64_t{1} << 32) + 1},
+       "\"pass\" is 4294967297, outside the range of int"},
+      {saved, "duration_ns", int64_t{-5}, "records start -1 ns and duration -5 ns"},
+      {saved, "start_ns", int64_t{-7}, "records start -7 ns"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(absl::StrCat(c.field, " of op ", c.op));

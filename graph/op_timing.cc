@@ -17,6 +17,12 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Sums of a file's op times saturate rather than overflow (each time is checked on load,
+// their sum is not).
+void AddSaturating(int64_t* total, int64_t ns) {
+  if (__builtin_add_overflow(*total, ns, total)) *total = INT64_MAX;
+}
+
 Json Event(const std::string& name, const std::string& category, int64_t start_ns, int64_t end_ns) {
   return {{"name", name},
           {"cat", category},
@@ -47,8 +53,8 @@ std::map<std::string, int64_t> ModuleTotals(const Trace& trace) {
   for (const Op& op : trace.ops()) {
     if (op.duration_ns < 0) continue;
     any = true;
-    all += op.duration_ns;
-    if (!op.module_address.empty()) own[op.module_address] += op.duration_ns;
+    AddSaturating(&all, op.duration_ns);
+    if (!op.module_address.empty()) AddSaturating(&own[op.module_address], op.duration_ns);
   }
   std::vector<std::pair<size_t, std::string>> by_depth;  // (dots, address)
   std::vector<std::string> pending;
@@ -69,7 +75,7 @@ std::map<std::string, int64_t> ModuleTotals(const Trace& trace) {
   for (const auto& [dots, address] : by_depth) {
     const int64_t ns = own[address];
     const size_t dot = address.rfind('.');
-    if (dot != std::string::npos) own[address.substr(0, dot)] += ns;
+    if (dot != std::string::npos) AddSaturating(&own[address.substr(0, dot)], ns);
     totals.emplace(address, ns);
   }
   return totals;

@@ -101,9 +101,9 @@ std::string FormatSummary(const Trace& trace) {
 
   int64_t values = 0;
   for (const auto& [address, param] : trace.params()) {
-    int64_t count = 1;
+    int64_t count = 1;  // trace files refuse shapes whose product overflows
     for (int64_t d : param.shape) count *= d;
-    values += count;
+    if (__builtin_add_overflow(values, count, &values)) values = INT64_MAX;
   }
   absl::StrAppend(&out, "\nParameters: ", trace.params().size(), " (", values, " values)\n");
   Table params;

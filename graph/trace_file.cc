@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -238,6 +239,15 @@ class Reader {
     if (!v.isInt()) throw Malformed{absl::StrCat(where_, " \"", key, "\" is not an int")};
     return v.toInt();
   }
+  // An int field held as `int`: one outside its range is malformed, not truncated (an
+  // output index of 2^32 + 1 read as output 1).
+  int Int32(const Dict& d, const char* key) {
+    const int64_t v = Int(d, key);
+    if (v < INT_MIN || v > INT_MAX) {
+      throw Malformed{absl::StrCat(where_, " \"", key, "\" is ", v, ", outside the range of int")};
+    }
+    return static_cast<int>(v);
+  }
   bool Bool(const Dict& d, const char* key) {
     const c10::IValue& v = Field(d, key);
     if (!v.isBool()) throw Malformed{absl::StrCat(where_, " \"", key, "\" is not a bool")};
@@ -298,6 +308,10 @@ ArgSource SourceFromIValue(const c10::IValue& source, size_t index) {
     if (kind_name == ArgSourceKindName(k)) arg.kind = k;
   }
   arg.name = e[1].toStringRef();
+  if (e[2].toInt() < INT_MIN || e[2].toInt() > INT_MAX) {
+    throw Reader::Malformed{
+        absl::StrCat("ops[", index, "] has an arg source output index outside the range of int")};
+  }
   arg.output_index = static_cast<int>(e[2].toInt());
   return arg;
 }
@@ -324,7 +338,7 @@ struct OpReader {
   }
 
   void Read(const char* name, std::string& v) { v = r.String(d, name); }
-  void Read(const char* name, int& v) { v = static_cast<int>(r.Int(d, name)); }
+  void Read(const char* name, int& v) { v = r.Int32(d, name); }
   void Read(const char* name, int64_t& v) { v = r.Int(d, name); }
   void Read(const char* name, bool& v) { v = r.Bool(d, name); }
   void Read(const char* name, std::vector<std::string>& v) { v = r.Strings(d, name); }
@@ -379,7 +393,7 @@ struct OpReader {
       const Dict write = w.DictAt(value);
       AliasWrite alias;
       alias.before = SourceFromIValue(w.Field(write, "before"), index);
-      alias.written_tensor = static_cast<int>(w.Int(write, "written_tensor"));
+      alias.written_tensor = w.Int32(write, "written_tensor");
       alias.aliased = GeometryFromIValue(w, w.Field(write, "aliased"));
       alias.written = GeometryFromIValue(w, w.Field(write, "written"));
       alias.value = w.Tensor(write, "value");
@@ -393,15 +407,15 @@ struct OpReader {
     const Dict d = p.DictAt(field);
     auto position = std::make_shared<SourcePosition>();
     position->file = p.String(d, "file");
-    position->line = static_cast<int>(p.Int(d, "line"));
-    position->column = static_cast<int>(p.Int(d, "column"));
+    position->line = p.Int32(d, "line");
+    position->column = p.Int32(d, "column");
     position->text = p.String(d, "text");
     for (const c10::IValue& value : p.ListOf(d, "branches")) {
       Reader b(absl::StrCat("ops[", index, "] source position branch"));
       const Dict branch = b.DictAt(value);
       BranchTaken taken;
       taken.file = b.String(branch, "file");
-      taken.line = static_cast<int>(b.Int(branch, "line"));
+      taken.line = b.Int32(branch, "line");
       taken.text = b.String(branch, "text");
       const std::string which = b.String(branch, "taken");
       if (which != "then" && which != "else") {
@@ -442,6 +456,14 @@ absl::Status CheckConsistent(const std::vector<Op>& ops) {
             "\", which is not an op before it; ops are in execution order and parents run "
             "first"));
       }
+    }
+    int64_t end_ns = 0;
+    if (op.start_ns < -1 || op.duration_ns < -1 ||
+        (op.duration_ns >= 0 && __builtin_add_overflow(op.start_ns, op.duration_ns, &end_ns))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed trace file: op \"", absl::CHexEscape(op.label),
+                       "\" records start ", op.start_ns, " ns and duration ", op.duration_ns,
+                       " ns; times are -1 (not timed) or nanoseconds from the first op"));
     }
     if (!index.emplace(op.label, i).second) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -566,6 +588,13 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
       Reader p("a param");
       const Dict d = p.DictAt(v);
       Param param{p.String(d, "address"), p.Ints(d, "shape"), p.String(d, "module_address")};
+      int64_t numel = 1;
+      for (const int64_t size : param.shape) {
+        if (size < 0 || __builtin_mul_overflow(numel, size, &numel)) {
+          throw Reader::Malformed{absl::StrCat("param \"", absl::CHexEscape(param.address),
+                                               "\" has a shape no tensor has")};
+        }
+      }
       (*params)[param.address] = std::move(param);
     }
     parts.modules = std::move(modules);

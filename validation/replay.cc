@@ -191,15 +191,39 @@ at::Tensor TensorArgument(const std::vector<c10::IValue>& args, int index) {
 namespace {
 
 // Elements [first, last + 1) of the storage that `geometry` can touch; empty when it has
-// no elements.
-std::pair<int64_t, int64_t> ElementRange(const TensorGeometry& geometry) {
+// no elements. nullopt when no tensor has that geometry (a negative size, stride or offset,
+// which as_strided refuses too) or its bytes of `element_size` overflow: a trace file's
+// geometries are whatever the file says (helper review, 2026-12-06: strides near 2^62
+// overflowed this sum).
+std::optional<std::pair<int64_t, int64_t>> ElementRange(const TensorGeometry& geometry,
+                                                        int64_t element_size) {
+  if (geometry.storage_offset < 0) return std::nullopt;
   int64_t last = geometry.storage_offset;
+  bool empty = false;
   for (size_t d = 0; d < geometry.sizes.size(); ++d) {
-    if (geometry.sizes[d] == 0) return {geometry.storage_offset, geometry.storage_offset};
-    last += (geometry.sizes[d] - 1) * std::abs(geometry.strides[d]);
+    if (geometry.sizes[d] < 0 || geometry.strides[d] < 0) return std::nullopt;
+    if (geometry.sizes[d] == 0) empty = true;
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(geometry.sizes[d] == 0 ? 0 : geometry.sizes[d] - 1,
+                               geometry.strides[d], &reach) ||
+        __builtin_add_overflow(last, reach, &last)) {
+      return std::nullopt;
+    }
   }
-  return {geometry.storage_offset, last + 1};
+  int64_t bytes = 0;
+  if (__builtin_add_overflow(last, 1, &last) ||
+      __builtin_mul_overflow(last, element_size, &bytes)) {
+    return std::nullopt;
+  }
+  if (empty) return std::make_pair(geometry.storage_offset, geometry.storage_offset);
+  return std::make_pair(geometry.storage_offset, last);
 }
+
+// The most bytes the layout of a write through an alias may take beyond its two values'
+// own: a captured write's two geometries are views of one storage, whose span is the
+// values' bytes unless the views have gaps (a column of a matrix spans the matrix). A
+// crafted file's may span anything, and the layout is zero-filled memory.
+constexpr int64_t kMaxAliasLayoutBytes = int64_t{256} << 20;
 
 // NOTE [Writes through views of another dtype]
 // `z.real`, `z[1].imag` and `torch.view_as_real(z)` are real views of a complex tensor,
@@ -385,12 +409,29 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
   const int64_t written_size = static_cast<int64_t>(written.element_size());
   const int64_t aliased_size = static_cast<int64_t>(before.element_size());
   const int64_t align = std::max(written_size, aliased_size);
-  const auto [written_first, written_end] = ElementRange(write.written);
-  const auto [aliased_first, aliased_end] = ElementRange(write.aliased);
+  const std::optional<std::pair<int64_t, int64_t>> written_range =
+      ElementRange(write.written, written_size);
+  const std::optional<std::pair<int64_t, int64_t>> aliased_range =
+      ElementRange(write.aliased, aliased_size);
+  if (!written_range.has_value() || !aliased_range.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not replayable: the write of ", op.label,
+        " through an alias is recorded with a geometry no tensor has (negative, or beyond "
+        "64-bit byte offsets)"));
+  }
+  const auto [written_first, written_end] = *written_range;
+  const auto [aliased_first, aliased_end] = *aliased_range;
   const int64_t first = std::min(written_first * written_size, aliased_first * aliased_size);
   const int64_t end = std::max(written_end * written_size, aliased_end * aliased_size);
   const int64_t start = first - first % align;
   const int64_t length = (end - start + align - 1) / align * align;
+  const int64_t values = static_cast<int64_t>(written.nbytes() + before.nbytes());
+  if (length > kMaxAliasLayoutBytes && length / 64 > values) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("not replayable: the write of ", op.label, " through an alias spans ", length,
+                     " bytes of storage for ", values, " bytes of values (more than ",
+                     kMaxAliasLayoutBytes, " bytes and 64 times the values)"));
+  }
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
   at::Tensor region;
   at::Tensor written_place;

@@ -33,6 +33,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 TEST(ValidateTest, EveryTestModelValidates) {
@@ -91,6 +92,48 @@ TEST(ValidateTest, SliceWritesAreRedoneFromThePreviousVersion) {
   EXPECT_THAT(
       report->failures,
       Contains(StartsWith("buffer_1:2: the value written through an alias by copy__1_2:1")));
+}
+
+// A trace file's alias-write geometries are whatever the file says (helper review,
+// 2026-12-06): strides near 2^62 overflowed the layout's size (undefined behaviour), and
+// strides of 2^40 made replay zero-fill terabytes. Such a write cannot be redone: it is
+// listed as a state transition, never a failure or a crash.
+TEST(ValidateTest, AliasWriteGeometriesNoTensorHasAreNotReplayed) {
+  const Trace trace = Capture("slice_copy");
+  const Op& copy = Get(trace, "copy__1_2:1");
+  ASSERT_EQ(copy.alias_writes.size(), 1u);
+  ASSERT_FALSE(copy.alias_writes[0].written.strides.empty());
+  struct Case {
+    int64_t stride;
+    int64_t offset;
+    const char* message;
+  };
+  for (const Case& c :
+       {Case{int64_t{1} << 62, 0, "a geometry no tensor has"},
+        Case{-1, 0, "a geometry no tensor has"}, Case{1, -5, "a geometry no tensor has"},
+        Case{int64_t{1} << 40, 0, "bytes of storage for"}}) {
+    SCOPED_TRACE(c.stride);
+    const Trace crafted = Changed(trace, "copy__1_2:1", [&](Op& op) {
+      op.alias_writes[0].written.strides.back() = c.stride;
+      op.alias_writes[0].written.storage_offset = c.offset;
+    });
+    const Op& crafted_copy = Get(crafted, "copy__1_2:1");
+    std::vector<c10::IValue> args = ReplayArguments(
+        crafted_copy, [](int, const ArgSource&, const at::Tensor& saved) { return saved; });
+    const at::Tensor* before = nullptr;
+    for (const Op& op : crafted.ops()) {
+      if (op.label == crafted_copy.alias_writes[0].before.name) before = &op.out;
+    }
+    ASSERT_NE(before, nullptr);
+    absl::StatusOr<at::Tensor> after =
+        ReplayAliasWrite(crafted_copy, crafted_copy.alias_writes[0], args, *before);
+    EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(after.status().message()), HasSubstr(c.message));
+    absl::StatusOr<ValidationReport> report = ValidateForwardPass(crafted);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_THAT(report->failures, IsEmpty());
+    EXPECT_THAT(report->state_transition_only, Not(IsEmpty()));
+  }
 }
 
 TEST(ValidateTest, BatchNormFiveTimesInALoopValidatesEveryFusedTransition) {
