@@ -99,6 +99,14 @@ void Recorder::CopySavedValuesOfModelState(c10::ArrayRef<const c10::StorageImpl*
   // streaming capture indexes its values as it streams them, so its list is empty.
   size_t kept = 0;
   for (const UnindexedValue& value : unindexed_values_) {
+    // A storage that only its saved value holds is no buffer's or parameter's (the model
+    // holds those, and a halt's journal the ones it restores): nothing outside the trace
+    // writes it, and most op outputs are dead by now. This skips two hash lookups per value
+    // (on recurrent100, 10% of what saving adds, counted with callgrind).
+    if (record_.slot(value.saved.slot).storage().use_count() == 1) {
+      unindexed_values_[kept++] = value;
+      continue;
+    }
     const auto it = storages_.find(value.storage);
     if ((it == storages_.end() || !it->second.written_param) && !model_state(value.storage)) {
       unindexed_values_[kept++] = value;
