@@ -28,6 +28,7 @@
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
 #include "torchlens_dispatch/saved_copy.h"
+#include "validation/kernel_preconditions.h"
 
 namespace torchlens {
 namespace {
@@ -305,6 +306,11 @@ absl::StatusOr<ReplayResult> Run(const Op& op, std::vector<c10::IValue> args,
         absl::StrCat("not replayable: ", op.label, " has ", args.size(), " saved arguments, ",
                      op.func_name, " takes ", schema.arguments().size(),
                      " (capture with CaptureOptions::save_activations = true)"));
+  }
+  // See NOTE [Kernels that trust their arguments].
+  if (absl::Status safe = CheckKernelPreconditions(schema.operator_name(), args); !safe.ok()) {
+    return MarkKernelPreconditionRefusal(absl::FailedPreconditionError(
+        absl::StrCat("not replayable: ", op.label, " calls ", safe.message())));
   }
 
   // See NOTE [Replay never writes captured data].

@@ -28,6 +28,7 @@
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/exemptions.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "validation/kernel_preconditions.h"
 #include "validation/perturbed_tensors.h"
 #include "validation/replay.h"
 #include "validation/values.h"
@@ -266,6 +267,12 @@ class Validator {
     // Replay.
     absl::StatusOr<ReplayResult> replay = ReplayOp(op, PlainArguments(op));
     if (!replay.ok()) {
+      // Arguments a kernel would trust are not passed to it: unproved, as the verdict on a
+      // file that makes them up (NOTE [Kernels that trust their arguments]).
+      if (IsKernelPreconditionRefusal(replay.status())) {
+        Note(&unproved_, op, std::string(replay.status().message()));
+        return;
+      }
       // A copy may not hold the bytes the capture read (NOTE [Replays of as_strided]).
       if (const absl::string_view why = NotReproducible(op.func_name, Arguments(op));
           !why.empty()) {

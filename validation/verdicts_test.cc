@@ -337,6 +337,22 @@ TEST(VerdictsTest, AsStridedOnASavedCopyIsUnprovedNotFailed) {
                           HasSubstr("as_strided_2_5:1: not replayable")));
 }
 
+// NOTE [Kernels that trust their arguments]: a trace file may give as_strided an offset
+// whose bytes wrap 64 bits, which LibTorch's own bounds check lets through (a view of any
+// address). Validation does not call it: unproved, never a crash or a failure.
+TEST(VerdictsTest, ArgumentsAKernelWouldTrustAreNotPassedToIt) {
+  const Trace trace = Capture("as_strided_offsets");
+  const Trace crafted = Changed(trace, "as_strided_1_3:1", [](Op& op) {
+    op.creation_args.mutable_at(3) = int64_t{(int64_t{1} << 62) - 1};
+  });
+  const ValidationReport report = Validate(crafted);
+  EXPECT_THAT(report.failures, IsEmpty());
+  EXPECT_THAT(report.unproved,
+              Contains(AllOf(HasSubstr("as_strided_1_3:1 calls aten::as_strided with a geometry "
+                                       "whose bytes overflow 64 bits"),
+                             HasSubstr("does not check it"))));
+}
+
 struct EditCase {
   std::string model;
   std::vector<std::string> labels;  // by edit number
