@@ -26,6 +26,7 @@
 #include "tools/flag_parser.h"
 #include "tools/serve/service.h"
 #include "torchlens_dispatch/load_model.h"
+#include "torchlens_dispatch/script_errors.h"
 
 namespace {
 
@@ -76,6 +77,15 @@ int main(int argc, char** argv) {
   ::mkdir(out_dir.c_str(), 0755);
   torch::manual_seed(0);
   const at::Tensor input = torch::randn(shapes->front());
+  try {
+    // Every request would fail the same way, and be counted, not timed, minutes on end.
+    torch::NoGradGuard no_grad;
+    model->forward({input});
+  } catch (const std::exception& e) {
+    return Fail(absl::StrCat("the model fails on an input of shape ", input_shape, ": ",
+                             torchlens::ParseInterpreterError(e.what()).OneLine(),
+                             "; give the shape it takes with --input_shape"));
+  }
 
   struct Rate {
     const char* name;
