@@ -95,8 +95,76 @@ absl::Status CheckDebugInfo(absl::string_view pickle, const std::string& filenam
   return absl::OkStatus();
 }
 
+// NOTE [Code LibTorch recurses over]
+// LibTorch parses TorchScript code by recursive descent, and frees and compiles the trees
+// it builds by recursion too, with no depth limit of its own: 200,000 nested parentheses,
+// a run of `not`s, a chain of `**` or of `x + x + ...` a million terms long overflowed the
+// stack (a crash, whatever the caller catches; a helper's review, 2026-12-06). Code that
+// TorchScript prints is flat: one call per statement, brackets a few deep. So before
+// anything parses a record its tokens are counted: brackets and blocks nested at most 256
+// deep, and at most 1,024 operator tokens (and 65,536 tokens in all) per logical line.
+// Operators are what makes an expression deep; names, numbers, strings, commas and
+// brackets are not (a list of 10,000 names is as deep as one).
+constexpr int kMaxCodeNesting = 256;
+constexpr int kMaxOperatorsPerLine = 1024;
+constexpr int kMaxTokensPerLine = 65536;
+
+absl::Status CheckCodeShape(absl::string_view code, const std::string& filename) {
+  torch::jit::Lexer lexer(
+      std::make_shared<torch::jit::Source>(std::string(code), filename, /*starting_line_no=*/1));
+  int brackets = 0, blocks = 0, operators = 0, tokens = 0;
+  auto refuse = [&](absl::string_view what) {
+    const torch::jit::SourceRange& at = lexer.cur().range;
+    return absl::InvalidArgumentError(absl::StrCat(
+        filename, " line ", at.source()->lineno_for_offset(at.start()) + 1, ": ", what,
+        "; TorchScript's printer writes flat code, and LibTorch's parser would recurse past "
+        "its stack (NOTE [Code LibTorch recurses over])"));
+  };
+  for (int kind = lexer.cur().kind; kind != torch::jit::TK_EOF; kind = lexer.cur().kind) {
+    switch (kind) {
+      case '(':
+      case '[':
+      case '{':
+        if (++brackets > kMaxCodeNesting) return refuse("brackets nest more than 256 deep");
+        break;
+      case ')':
+      case ']':
+      case '}':
+        --brackets;
+        break;
+      case torch::jit::TK_INDENT:
+        if (++blocks > kMaxCodeNesting) return refuse("blocks nest more than 256 deep");
+        break;
+      case torch::jit::TK_DEDENT:
+        --blocks;
+        break;
+      case torch::jit::TK_NEWLINE:
+        operators = tokens = 0;
+        break;
+      case torch::jit::TK_IDENT:
+      case torch::jit::TK_NUMBER:
+      case torch::jit::TK_STRINGLITERAL:
+      case torch::jit::TK_TRUE:
+      case torch::jit::TK_FALSE:
+      case torch::jit::TK_NONE:
+      case ',':
+      case ':':
+      case '=':
+        break;
+      default:
+        if (++operators > kMaxOperatorsPerLine) {
+          return refuse("more than 1,024 operators in one statement");
+        }
+    }
+    if (++tokens > kMaxTokensPerLine) return refuse("more than 65,536 tokens in one statement");
+    lexer.next();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckScriptCode(absl::string_view code, const std::string& filename) {
   try {
+    if (absl::Status shape = CheckCodeShape(code, filename); !shape.ok()) return shape;
     torch::jit::Parser parser(
         std::make_shared<torch::jit::Source>(std::string(code), filename, /*starting_line_no=*/1));
     torch::jit::Lexer& lexer = parser.lexer();

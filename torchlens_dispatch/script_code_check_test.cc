@@ -48,6 +48,39 @@ TEST(CheckScriptCodeTest, SyntaxErrorsAreLibTorchsOwnMessage) {
 
 // Text pieces where LibTorch's line search steps onto an empty piece: its iterator asserts
 // while building the source, inside the noexcept ErrorReport::what() (fuzzing).
+// NOTE [Code LibTorch recurses over]: each of these overflowed the stack in LibTorch's
+// parser, or while its tree was freed (a helper's review, 2026-12-06); each is refused
+// before anything parses it, naming the line.
+TEST(CheckScriptCodeTest, CodeNestedPastWhatTheParserCanRecurseIsRefused) {
+  auto refused = [](const std::string& body) {
+    const absl::Status status = CheckScriptCode(
+        "def f(x: Tensor) -> Tensor:\n  y = x\n  return " + body + "\n", "code/__torch__/deep.py");
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(status.message());
+  };
+  EXPECT_THAT(refused(std::string(200000, '(') + "x" + std::string(200000, ')')),
+              HasSubstr("code/__torch__/deep.py line 3: brackets nest more than 256 deep"));
+  std::string nots, chain = "x", powers = "x";
+  for (int i = 0; i < 100000; ++i) nots += "not ";
+  for (int i = 0; i < 1000000; ++i) chain += " + x";
+  for (int i = 0; i < 100000; ++i) powers += " ** x";
+  EXPECT_THAT(refused(nots + "x"), HasSubstr("more than 1,024 operators in one statement"));
+  EXPECT_THAT(refused(chain), HasSubstr("line 3: more than 1,024 operators"));
+  EXPECT_THAT(refused(powers), HasSubstr("more than 1,024 operators"));
+  std::string blocks = "def f(x: Tensor) -> Tensor:\n";
+  for (int depth = 1; depth <= 300; ++depth) {
+    blocks += std::string(depth, ' ') + "if bool(x):\n";
+  }
+  blocks += std::string(301, ' ') + "x = x\n  return x\n";
+  const absl::Status deep_blocks = CheckScriptCode(blocks, "code/b.py");
+  EXPECT_THAT(std::string(deep_blocks.message()), HasSubstr("blocks nest more than 256 deep"));
+  // What TorchScript prints: wide, not deep.
+  std::string wide = "torch.cat([x";
+  for (int i = 0; i < 5000; ++i) wide += ", x";
+  EXPECT_TRUE(
+      CheckScriptCode("def f(x: Tensor) -> Tensor:\n  return " + wide + "])\n", "code/w.py").ok());
+}
+
 TEST(CheckDebugInfoTest, SourcesLibTorchCannotPrintAreRefused) {
   auto debug_info = [](const std::string& first_piece) {
     using std::string_literals::operator""s;

@@ -5,8 +5,13 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <system_error>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "graph/render.h"
@@ -33,12 +38,17 @@ Service::~Service() {
 std::vector<Answer> Service::Serve(const std::vector<Request>& requests) {
   std::vector<Answer> answers(requests.size());
   std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < requests.size(); i = next++) answers[i] = Handle(requests[i]);
+  };
   std::vector<std::thread> workers;
-  for (int w = 0; w < std::max(options_.workers, 1); ++w) {
-    workers.emplace_back([&] {
-      for (size_t i = next++; i < requests.size(); i = next++) answers[i] = Handle(requests[i]);
-    });
+  try {
+    for (int w = 0; w < std::max(options_.workers, 1); ++w) workers.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads (the process's limit): the ones running share the requests, and with
+    // none this thread answers them. Unwinding past joinable threads would terminate.
   }
+  if (workers.empty()) work();
   for (std::thread& worker : workers) worker.join();
   (void)Flush();
   std::lock_guard<std::mutex> lock(mutex_);
