@@ -29,9 +29,14 @@ absl::Status Refuse(const c10::OperatorName& name, absl::string_view why) {
 // kernels, unsafe constructors and internal helpers.
 bool NeverReplayed(absl::string_view name) {
   static constexpr const char* kNames[] = {
-      "aten::from_file",      "aten::_reshape_alias",           "aten::_reshape_alias_copy",
-      "aten::segment_reduce", "aten::native_channel_shuffle",   "aten::linalg_ldl_solve",
-      "aten::_nested_view_from_buffer", "aten::_nested_view_from_buffer_copy",
+      "aten::from_file",
+      "aten::_reshape_alias",
+      "aten::_reshape_alias_copy",
+      "aten::segment_reduce",
+      "aten::native_channel_shuffle",
+      "aten::linalg_ldl_solve",
+      "aten::_nested_view_from_buffer",
+      "aten::_nested_view_from_buffer_copy",
   };
   for (const char* denied : kNames) {
     if (name == denied) return true;
@@ -89,8 +94,9 @@ absl::Status CheckStrided(const c10::OperatorName& name, c10::ArrayRef<c10::IVal
   int64_t offset = self->storage_offset();
   if (sizes_at + 2 < args.size() && args[sizes_at + 2].isInt()) offset = args[sizes_at + 2].toInt();
   if (sizes->size() != strides->size() || offset < 0) {
-    return Refuse(name, "with a geometry no tensor has (negative offset, or sizes and strides "
-                        "of different lengths)");
+    return Refuse(name,
+                  "with a geometry no tensor has (negative offset, or sizes and strides "
+                  "of different lengths)");
   }
   int64_t last = offset;
   for (size_t d = 0; d < sizes->size(); ++d) {
@@ -130,8 +136,9 @@ absl::Status CheckEmbeddingBag(const c10::OperatorName& name, c10::ArrayRef<c10:
     }
   }
   if (BoolArg(args, 7) && (offsets->empty() || offsets->back() != indices->numel())) {
-    return Refuse(name, "with include_last_offset and a last offset that is not the number "
-                        "of indices");
+    return Refuse(name,
+                  "with include_last_offset and a last offset that is not the number "
+                  "of indices");
   }
   return absl::OkStatus();
 }
@@ -233,8 +240,8 @@ absl::Status CheckMovingAverageObserver(const c10::OperatorName& name,
   return absl::OkStatus();
 }
 
-absl::Status CheckFractionalMaxPool(const c10::OperatorName& name,
-                                    c10::ArrayRef<c10::IValue> args, int64_t spatial) {
+absl::Status CheckFractionalMaxPool(const c10::OperatorName& name, c10::ArrayRef<c10::IValue> args,
+                                    int64_t spatial) {
   // (self, kernel_size, output_size, random_samples)
   const at::Tensor* self = TensorArg(args, 0);
   const at::Tensor* samples = TensorArg(args, 3);
@@ -263,8 +270,9 @@ absl::Status CheckKernelPreconditions(const c10::OperatorName& name,
                                       c10::ArrayRef<c10::IValue> args) {
   const absl::string_view op = name.name;
   if (NeverReplayed(op)) {
-    return Refuse(name, "is not replayed: no forward pass calls it by name, and it trusts its "
-                        "arguments");
+    return Refuse(name,
+                  "is not replayed: no forward pass calls it by name, and it trusts its "
+                  "arguments");
   }
   if (op == "aten::as_strided" || op == "aten::as_strided_" || op == "aten::as_strided_copy") {
     return CheckStrided(name, args, 1);

@@ -34,10 +34,10 @@ TEST(KernelPreconditionsTest, StridedGeometriesWhoseBytesOverflowAreRefused) {
                       {x, std::vector<int64_t>{1}, std::vector<int64_t>{1},
                        int64_t{(int64_t{1} << 62) - 1}}),
               HasSubstr("whose bytes overflow 64 bits"));
-  EXPECT_THAT(Refused("aten::as_strided", "",
-                      {x, std::vector<int64_t>{3}, std::vector<int64_t>{int64_t{1} << 62},
-                       int64_t{0}}),
-              HasSubstr("whose extent overflows 64 bits"));
+  EXPECT_THAT(
+      Refused("aten::as_strided", "",
+              {x, std::vector<int64_t>{3}, std::vector<int64_t>{int64_t{1} << 62}, int64_t{0}}),
+      HasSubstr("whose extent overflows 64 bits"));
   EXPECT_THAT(Refused("aten::as_strided_scatter", "",
                       {x, x, std::vector<int64_t>{2}, std::vector<int64_t>{-1}, c10::IValue()}),
               HasSubstr("negative size or stride"));
@@ -45,15 +45,16 @@ TEST(KernelPreconditionsTest, StridedGeometriesWhoseBytesOverflowAreRefused) {
   // check refuses itself.
   Allowed("aten::as_strided", "",
           {x, std::vector<int64_t>{2, 2}, std::vector<int64_t>{1, 1}, int64_t{1}});
-  Allowed("aten::as_strided", "", {x, std::vector<int64_t>{8}, std::vector<int64_t>{1}, int64_t{0}});
+  Allowed("aten::as_strided", "",
+          {x, std::vector<int64_t>{8}, std::vector<int64_t>{1}, int64_t{0}});
 }
 
 TEST(KernelPreconditionsTest, EmbeddingBagOffsetsMustStayWithinTheIndices) {
   const at::Tensor weight = at::randn({10, 3});
   const at::Tensor indices = at::tensor({1, 2, 4, 5, 4, 3}, at::kLong);
   auto call = [&](const at::Tensor& offsets, bool include_last_offset) {
-    return std::vector<c10::IValue>{weight, indices, offsets, false, int64_t{0}, false,
-                                    c10::IValue(), include_last_offset};
+    return std::vector<c10::IValue>{weight,     indices, offsets,       false,
+                                    int64_t{0}, false,   c10::IValue(), include_last_offset};
   };
   EXPECT_THAT(Refused("aten::embedding_bag", "", call(at::tensor({0, 2, 3}, at::kLong), true)),
               HasSubstr("include_last_offset and a last offset"));
@@ -69,17 +70,19 @@ TEST(KernelPreconditionsTest, EmbeddingBagOffsetsMustStayWithinTheIndices) {
 TEST(KernelPreconditionsTest, IndexArgumentsOfOtherKernelsAreChecked) {
   const at::Tensor log_probs = at::randn({5, 2, 4}).log_softmax(2);
   auto ctc = [&](const at::Tensor& targets, std::vector<int64_t> input_lengths) {
-    return std::vector<c10::IValue>{log_probs, targets, input_lengths,
-                                    std::vector<int64_t>{2, 2}, int64_t{0}, int64_t{1}, false};
+    return std::vector<c10::IValue>{
+        log_probs,  targets,    input_lengths, std::vector<int64_t>{2, 2},
+        int64_t{0}, int64_t{1}, false};
   };
-  EXPECT_THAT(Refused("aten::ctc_loss", "IntList", ctc(at::tensor({1, 9, 2, 3}).view({2, 2}), {5, 5})),
-              HasSubstr("targets outside the 4 classes"));
-  EXPECT_THAT(Refused("aten::ctc_loss", "IntList", ctc(at::tensor({1, 2, 2, 3}).view({2, 2}), {5, 0})),
-              HasSubstr("input length below 1"));
+  EXPECT_THAT(
+      Refused("aten::ctc_loss", "IntList", ctc(at::tensor({1, 9, 2, 3}).view({2, 2}), {5, 5})),
+      HasSubstr("targets outside the 4 classes"));
+  EXPECT_THAT(
+      Refused("aten::ctc_loss", "IntList", ctc(at::tensor({1, 2, 2, 3}).view({2, 2}), {5, 0})),
+      HasSubstr("input length below 1"));
   Allowed("aten::ctc_loss", "IntList", ctc(at::tensor({1, 2, 2, 3}).view({2, 2}), {5, 4}));
 
-  EXPECT_THAT(Refused("aten::repeat_interleave", "Tensor",
-                      {at::tensor({5, -3}), int64_t{2}}),
+  EXPECT_THAT(Refused("aten::repeat_interleave", "Tensor", {at::tensor({5, -3}), int64_t{2}}),
               HasSubstr("negative repeat"));
   Allowed("aten::repeat_interleave", "Tensor", {at::tensor({5, 3}), c10::IValue()});
 
@@ -90,16 +93,16 @@ TEST(KernelPreconditionsTest, IndexArgumentsOfOtherKernelsAreChecked) {
 
   const at::Tensor sorted = at::tensor({1.0, 3.0, 2.0});
   auto searchsorted = [&](const at::Tensor& sorter) {
-    return std::vector<c10::IValue>{sorted, at::tensor({2.5}), false, false, c10::IValue(),
-                                    sorter};
+    return std::vector<c10::IValue>{sorted, at::tensor({2.5}), false, false, c10::IValue(), sorter};
   };
   EXPECT_THAT(Refused("aten::searchsorted", "Tensor", searchsorted(at::tensor({0, 2, 7}))),
               HasSubstr("sorter entries outside"));
   Allowed("aten::searchsorted", "Tensor", searchsorted(at::tensor({0, 2, 1})));
 
-  EXPECT_THAT(Refused("aten::multilabel_margin_loss", "",
-                      {at::randn({2, 4}), at::tensor({0, 4, -1, 0, 1, -1, 0, 0}).view({2, 4}), int64_t{1}}),
-              HasSubstr("targets outside"));
+  EXPECT_THAT(
+      Refused("aten::multilabel_margin_loss", "",
+              {at::randn({2, 4}), at::tensor({0, 4, -1, 0, 1, -1, 0, 0}).view({2, 4}), int64_t{1}}),
+      HasSubstr("targets outside"));
   Allowed("aten::multilabel_margin_loss", "",
           {at::randn({2, 4}), at::tensor({0, 3, -1, 0, 1, -1, 0, 0}).view({2, 4}), int64_t{1}});
 
@@ -124,18 +127,27 @@ TEST(KernelPreconditionsTest, ParameterSizesAndAxesAreChecked) {
 
   const at::Tensor x = at::randn({4, 3});
   auto observer = [&](int64_t ch_axis, const at::Tensor& running, bool per_row) {
-    return std::vector<c10::IValue>{x,          at::ones({1}), at::ones({1}), running,
-                                    running,    at::ones({1}), at::zeros({1}, at::kInt),
-                                    0.01,       int64_t{0},    int64_t{255},
-                                    ch_axis,    per_row,       false};
+    return std::vector<c10::IValue>{x,
+                                    at::ones({1}),
+                                    at::ones({1}),
+                                    running,
+                                    running,
+                                    at::ones({1}),
+                                    at::zeros({1}, at::kInt),
+                                    0.01,
+                                    int64_t{0},
+                                    int64_t{255},
+                                    ch_axis,
+                                    per_row,
+                                    false};
   };
-  EXPECT_THAT(Refused("aten::fused_moving_avg_obs_fake_quant", "",
-                      observer(-1, at::zeros({4}), true)),
-              HasSubstr("ch_axis -1 outside"));
+  EXPECT_THAT(
+      Refused("aten::fused_moving_avg_obs_fake_quant", "", observer(-1, at::zeros({4}), true)),
+      HasSubstr("ch_axis -1 outside"));
   Allowed("aten::fused_moving_avg_obs_fake_quant", "", observer(-1, at::zeros({1}), false));
-  EXPECT_THAT(Refused("aten::_fused_moving_avg_obs_fq_helper", "",
-                      observer(0, at::zeros({1}), true)),
-              HasSubstr("of 1 elements for 4 channels"));
+  EXPECT_THAT(
+      Refused("aten::_fused_moving_avg_obs_fq_helper", "", observer(0, at::zeros({1}), true)),
+      HasSubstr("of 1 elements for 4 channels"));
   Allowed("aten::fused_moving_avg_obs_fake_quant", "", observer(0, at::zeros({4}), true));
 
   EXPECT_THAT(Refused("aten::fractional_max_pool2d", "",
