@@ -37,6 +37,7 @@
 #include "tools/cli_flags.h"
 #include "tools/flag_parser.h"
 #include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/large_stack.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/exception_text.h"
@@ -395,11 +396,16 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   absl::Status status;
   int exit_code = 0;
-  try {
-    status = torchlens::Run(args, &exit_code);
-  } catch (const std::exception& e) {
-    status = absl::InternalError(torchlens::MessageOf(e));
-  }
+  // Loading, capturing and replaying a model whose calls nest deep recurse in LibTorch:
+  // the whole tool runs on a large stack (NOTE [Calls LibTorch compiles by recursion]).
+  absl::Status started = torchlens::RunOnLargeStack([&] {
+    try {
+      status = torchlens::Run(args, &exit_code);
+    } catch (const std::exception& e) {
+      status = absl::InternalError(torchlens::MessageOf(e));
+    }
+  });
+  if (!started.ok()) status = started;
   if (status.ok()) return exit_code;
   const std::string message(status.message());
   std::cerr << "torchlens: error: " << message.substr(0, message.find('\n')) << "\n";

@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "graph/archive_check.h"
 #include "graph/file_io.h"
+#include "torchlens_dispatch/large_stack.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/script_code_check.h"
 #include "torchlens_dispatch/script_errors.h"
@@ -65,6 +66,7 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
         absl::StrCat(name, " is ", checked.status().message(), "; expected ", kExpected));
   }
   // NOTE [Code LibTorch 1.13 crashes on], NOTE [Printing debug information]
+  int64_t functions = 0;
   for (const ZipArchive::Entry& entry : checked->zip.entries()) {
     absl::string_view record = entry.name;
     if (!absl::ConsumePrefix(&record, checked->zip.prefix())) {
@@ -81,15 +83,29 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
     if (!code && !debug) continue;
     absl::StatusOr<std::string> bytes = checked->zip.Read(entry);
     absl::Status s = !bytes.ok() ? bytes.status()
-                     : code      ? CheckScriptCode(*bytes, std::string(record))
+                     : code      ? CheckScriptCode(*bytes, std::string(record), &functions)
                                  : CheckDebugInfo(*bytes, std::string(record));
     if (!s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " has code LibTorch cannot load: ", s.message()));
     }
   }
+  // See NOTE [Calls LibTorch compiles by recursion].
+  constexpr int64_t kMaxFunctions = 16384;
+  if (functions > kMaxFunctions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " defines ", functions, " functions and methods, more than ", kMaxFunctions,
+        ", which LibTorch may compile one nested call deep each (NOTE [Calls LibTorch compiles "
+        "by recursion])"));
+  }
   try {
-    return torch::jit::load(std::make_shared<BytesReader>(bytes));
+    torch::jit::Module module;
+    if (absl::Status started = RunOnLargeStack(
+            [&] { module = torch::jit::load(std::make_shared<BytesReader>(bytes)); });
+        !started.ok()) {
+      return started;
+    }
+    return module;
   } catch (const torch::jit::ErrorReport& e) {  // compiling the archive's code
     // MessageOf, never e.what(): NOTE [ErrorReport::what() ends the process].
     const ScriptError error = ParseCompileError(MessageOf(e));

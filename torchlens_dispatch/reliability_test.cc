@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "testdata/testdata.h"
 #include "torchlens_dispatch/capture.h"
+#include "torchlens_dispatch/large_stack.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/testing.h"
@@ -57,6 +58,37 @@ TEST(BadModelFileTest, EachProblemHasItsCodeAndNamesTheFile) {
 
 std::string ModelCorpus(const std::string& name) {
   return absl::StrCat("tools/fuzz/corpus/model_archive/", name);
+}
+
+// NOTE [Calls LibTorch compiles by recursion]: functions calling each other 3,000 deep
+// overflowed the 8 MB main stack inside torch::jit::load (Python's too); they load on
+// LoadTorchScript's large stack. (Their first forward inlines them, which LibTorch does in
+// cubic time: 6 s at 1,000 deep, 3 minutes at 3,000, measured in Python; not run here.)
+// 16,400 functions are refused.
+TEST(BadModelFileTest, DeepCallChainsLoadOnALargeStackAndTooManyFunctionsAreRefused) {
+  absl::StatusOr<torch::jit::Module> chain = LoadTorchScript(ModelCorpus("call_chain_3000.pt"));
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  EXPECT_TRUE(chain->find_method("forward").has_value());
+  absl::StatusOr<torch::jit::Module> many = LoadTorchScript(ModelCorpus("call_chain_16400.pt"));
+  EXPECT_EQ(many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(many.status().message()),
+              HasSubstr("defines 16402 functions and methods, more than 16384"));
+}
+
+// The stack is as large as asked (a recursion 64 MiB deep, past the main thread's 8 MiB),
+// and an exception thrown on it reaches the caller.
+int Deep(int levels) {
+  volatile char frame[1024];
+  frame[0] = static_cast<char>(levels);
+  return levels == 0 ? frame[0] : Deep(levels - 1) + 1;
+}
+
+TEST(LargeStackTest, RecursesPastTheMainStackAndRethrows) {
+  int depth = 0;
+  ASSERT_TRUE(RunOnLargeStack([&] { depth = Deep(64 * 1024); }).ok());
+  EXPECT_EQ(depth, 64 * 1024);
+  EXPECT_THROW((void)RunOnLargeStack([] { throw std::runtime_error("thrown on the large stack"); }),
+               std::runtime_error);
 }
 
 // Model archives (tools/fuzz/make_corpus.py) whose data.pkl made LibTorch's unpickler pop

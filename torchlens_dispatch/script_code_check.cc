@@ -109,7 +109,8 @@ constexpr int kMaxCodeNesting = 256;
 constexpr int kMaxOperatorsPerLine = 1024;
 constexpr int kMaxTokensPerLine = 65536;
 
-absl::Status CheckCodeShape(absl::string_view code, const std::string& filename) {
+absl::Status CheckCodeShape(absl::string_view code, const std::string& filename,
+                            int64_t* functions) {
   torch::jit::Lexer lexer(
       std::make_shared<torch::jit::Source>(std::string(code), filename, /*starting_line_no=*/1));
   int brackets = 0, blocks = 0, operators = 0, tokens = 0;
@@ -141,6 +142,9 @@ absl::Status CheckCodeShape(absl::string_view code, const std::string& filename)
       case torch::jit::TK_NEWLINE:
         operators = tokens = 0;
         break;
+      case torch::jit::TK_DEF:
+        if (functions != nullptr) ++*functions;
+        break;
       case torch::jit::TK_IDENT:
       case torch::jit::TK_NUMBER:
       case torch::jit::TK_STRINGLITERAL:
@@ -162,9 +166,12 @@ absl::Status CheckCodeShape(absl::string_view code, const std::string& filename)
   return absl::OkStatus();
 }
 
-absl::Status CheckScriptCode(absl::string_view code, const std::string& filename) {
+absl::Status CheckScriptCode(absl::string_view code, const std::string& filename,
+                             int64_t* functions) {
   try {
-    if (absl::Status shape = CheckCodeShape(code, filename); !shape.ok()) return shape;
+    if (absl::Status shape = CheckCodeShape(code, filename, functions); !shape.ok()) {
+      return shape;
+    }
     torch::jit::Parser parser(
         std::make_shared<torch::jit::Source>(std::string(code), filename, /*starting_line_no=*/1));
     torch::jit::Lexer& lexer = parser.lexer();

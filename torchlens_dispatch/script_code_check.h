@@ -14,6 +14,7 @@
 #ifndef TORCHLENS_DISPATCH_SCRIPT_CODE_CHECK_H_
 #define TORCHLENS_DISPATCH_SCRIPT_CODE_CHECK_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,8 +23,12 @@
 namespace torchlens {
 
 // kInvalidArgument for code LibTorch cannot parse (its own message: the cause and the
-// line) or for the class constants above; `filename` names the record in messages.
-absl::Status CheckScriptCode(absl::string_view code, const std::string& filename);
+// line), nested past what it can recurse over (NOTE [Code LibTorch recurses over] in the
+// .cc), or for the class constants above; `filename` names the record in messages. Adds
+// the number of functions and methods the code defines to `*functions` when given (NOTE
+// [Calls LibTorch compiles by recursion] in large_stack.h).
+absl::Status CheckScriptCode(absl::string_view code, const std::string& filename,
+                             int64_t* functions = nullptr);
 
 // NOTE [Printing debug information]
 // LibTorch formats the original source of an error inside the noexcept

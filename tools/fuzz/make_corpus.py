@@ -9,7 +9,8 @@ tools/fuzz/corpus/input_file/    torch.save files: what Python writes (every pic
 tools/fuzz/corpus/model_archive/ torch.jit.save archives: a small model, and copies whose
                                  data.pkl makes LibTorch's unpickler pop values its stack
                                  does not hold, or whose parameter outgrows its record;
-                                 models calling operators this process does not have
+                                 models calling operators this process does not have;
+                                 functions calling each other 3,000 deep, and 16,400 of them
 
 The CLI test (tools/torchlens_cli_test.sh) runs the tool on the hostile files. Each file is
 small; the hostile metadata claims sizes, the bytes are not there.
@@ -198,6 +199,56 @@ def models():
              lambda record, data: data[:4] if record == "data/0" else data)
 
 
+def _call_chain(source, path, links):
+    """`source` (a Chain) with `links` functions, each calling the next: LibTorch compiles
+    and inlines them one nested call deep each (NOTE [Calls LibTorch compiles by
+    recursion]). The code record is deflated (it is repetitive) and its debug record,
+    which describes the old code, dropped."""
+    old = os.path.splitext(os.path.basename(source))[0]
+    new = os.path.splitext(os.path.basename(path))[0]
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(path, "w") as zout:
+        for item in zin.infolist():
+            record = item.filename[len(old) + 1:]
+            if record == "code/__torch__.py.debug_pkl":
+                continue
+            data = zin.read(item.filename)
+            info = zipfile.ZipInfo(f"{new}/{record}")
+            info.compress_type = item.compress_type
+            if record == "code/__torch__.py":
+                text = data.decode()
+                head = text[:text.index("def chain_f0")]
+                chain = "".join(f"def chain_f{i}(x: Tensor) -> Tensor:\n"
+                                f"  return __torch__.chain_f{i + 1}(x, )\n" for i in range(links))
+                chain += f"def chain_f{links}(x: Tensor) -> Tensor:\n  return x\n"
+                data = (head + chain).encode()
+                info.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(info, data)
+
+
+def call_chains():
+    """Functions 3,000 calls deep overflowed the main thread's stack in torch::jit::load,
+    and 16,400 functions are more than LoadTorchScript compiles. Scripted last, so that
+    the other archives' mangled names stay as they were."""
+
+    @torch.jit.script
+    def chain_f1(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @torch.jit.script
+    def chain_f0(x: torch.Tensor) -> torch.Tensor:
+        return chain_f1(x)
+
+    class Chain(nn.Module):
+        def forward(self, x):
+            return chain_f0(x)
+
+    chain = os.path.join(MODELS, "chain.pt")
+    torch.jit.script(Chain()).save(chain)
+    _call_chain(chain, os.path.join(MODELS, "call_chain_3000.pt"), 3000)
+    _call_chain(chain, os.path.join(MODELS, "call_chain_16400.pt"), 16400)
+    os.remove(chain)
+
+
 def main():
     # TorchScript writes class constants in set order: fix Python's hash seed so that
     # re-running the script reproduces the committed files byte for byte.
@@ -206,6 +257,7 @@ def main():
         os.execv(sys.executable, [sys.executable] + sys.argv)
     inputs()
     models()
+    call_chains()
     print("wrote", INPUTS, "and", MODELS)
 
 

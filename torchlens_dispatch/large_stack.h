@@ -1,0 +1,33 @@
+// Running work on a thread with a stack of a given size.
+//
+// NOTE [Calls LibTorch compiles by recursion]
+// torch::jit::load compiles a function's callees before the function, one nested call per
+// level of calls, and a model's first run inlines them the same way: a few KB of stack per
+// level. An archive whose functions each call the next, 1,500 deep, overflowed the main
+// thread's 8 MB (in Python's torch.jit.load too; a helper's review, 2026-12-06), far below
+// what the archive checks bound. LoadTorchScript therefore loads on a thread with a 512 MiB
+// stack and refuses archives of more than 16,384 functions, so that any chain of them
+// fits; the command-line tool runs on such a thread throughout, forward passes included.
+// A library caller running such a deep model on a thread of its own needs as large a
+// stack for its first forward, as LibTorch's own forward would there.
+#ifndef TORCHLENS_DISPATCH_LARGE_STACK_H_
+#define TORCHLENS_DISPATCH_LARGE_STACK_H_
+
+#include <cstddef>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+
+namespace torchlens {
+
+inline constexpr size_t kLargeStackBytes = size_t{512} << 20;
+
+// Runs `work` on a new thread whose stack holds `stack_bytes` (memory is committed only as
+// the stack grows) and waits for it. An exception `work` throws is rethrown here.
+// kResourceExhausted when no such thread can be started.
+absl::Status RunOnLargeStack(absl::FunctionRef<void()> work,
+                             size_t stack_bytes = kLargeStackBytes);
+
+}  // namespace torchlens
+
+#endif  // TORCHLENS_DISPATCH_LARGE_STACK_H_
