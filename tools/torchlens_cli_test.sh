@@ -111,7 +111,7 @@ expect_error "model record cut short" "storage data/0 of tensor 'fc.weight' clai
   --model "$MODELS/record_cut_short.pt" --input_shape 1,2
 # NOTE [Calls LibTorch compiles by recursion]: more functions than a chain of them can nest
 # on the tool's stack.
-expect_error "16,400 functions" "defines 16402 functions and methods, more than 16384" \
+expect_error "16,400 functions" "defines 16402 functions and methods, more than 4096" \
   --model "$MODELS/call_chain_16400.pt" --input_shape 2
 expect_error "class constant without type" "gives '__btffers__' a value without a type" \
   --model "$MODELS/class_constant_without_type.pt" --input_shape 1,2

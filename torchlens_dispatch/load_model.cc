@@ -91,7 +91,7 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptFromBytes(absl::string_view by
     }
   }
   // See NOTE [Calls LibTorch compiles by recursion].
-  constexpr int64_t kMaxFunctions = 16384;
+  constexpr int64_t kMaxFunctions = 4096;
   if (functions > kMaxFunctions) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, " defines ", functions, " functions and methods, more than ", kMaxFunctions,
