@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -599,6 +600,34 @@ TEST(ArchiveCheckTest, ListsAreBuiltOnlyAsTheTypeTheirTagNames) {
   EXPECT_EQ(lying.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(lying.status().message()),
               HasSubstr("tagged 'List[str]' but holds a value of type int"));
+}
+
+}  // namespace
+}  // namespace torchlens
+
+namespace torchlens {
+namespace {
+
+// Helper review, 2026-12-06: an input of stride-0 dimensions claims elements its one stored
+// float does not hold, and the tool copies its inputs (a few bytes claiming 2^32 elements
+// were 16 GB). Past 2^31 elements, inputs must hold what they claim.
+TEST(ArchiveCheckTest, ExpandedInputsPastTwoToThe31ElementsAreRefused) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/expanded.pt");
+  auto write = [&](int64_t rows) {
+    std::ofstream(path, std::ios::binary)
+        << SavedTensor(Tensor("0", 1, 0, {rows, 65536}, {0, 0}), 1);
+  };
+  write(65536);  // 2^32 elements on one float
+  absl::StatusOr<std::vector<c10::IValue>> refused = LoadInputs(path);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("holds a tensor of shape [65536, 65536] on 4 bytes (an expanded "
+                        "tensor): more than 2^31 elements"));
+  write(2);  // an expanded input of 131,072 elements loads, expanded
+  absl::StatusOr<std::vector<c10::IValue>> loaded = LoadInputs(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)[0].toTensor().sizes(), at::IntArrayRef({2, 65536}));
+  EXPECT_EQ((*loaded)[0].toTensor().strides(), at::IntArrayRef({0, 0}));
 }
 
 }  // namespace

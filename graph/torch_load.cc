@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "graph/archive_check.h"
 #include "graph/file_io.h"
 
@@ -400,6 +401,25 @@ absl::StatusOr<c10::IValue> LoadTorchSaved(const std::string& path, absl::string
 absl::StatusOr<std::vector<c10::IValue>> LoadInputs(const std::string& path) {
   absl::StatusOr<c10::IValue> value = LoadTorchSaved(path, "input file");
   if (!value.ok()) return value.status();
+  // An expanded tensor (stride 0) claims elements its storage does not hold, and the tool
+  // copies its inputs (to compare, to edit): a few bytes of file claiming 2^40 elements
+  // would be terabytes. Past the 2^31 elements an --input_shape may have, inputs must hold
+  // the elements they claim.
+  std::string too_large;
+  value->visit([&](const c10::IValue& v) {
+    if (!too_large.empty() || !v.isTensor() || !v.toTensor().defined()) return false;
+    const at::Tensor& t = v.toTensor();
+    constexpr int64_t kMaxExpandedElements = int64_t{1} << 31;
+    if (t.numel() > kMaxExpandedElements && t.has_storage() &&
+        static_cast<uint64_t>(t.numel()) * t.element_size() > t.storage().nbytes()) {
+      too_large = absl::StrCat("input file '", path, "' holds a tensor of shape [",
+                               absl::StrJoin(t.sizes(), ", "), "] on ", t.storage().nbytes(),
+                               " bytes (an expanded tensor): more than 2^31 elements that "
+                               "its storage does not hold; save it with .contiguous()");
+    }
+    return false;
+  });
+  if (!too_large.empty()) return absl::InvalidArgumentError(too_large);
   if (value->isTensor()) return std::vector<c10::IValue>{*value};
   if (value->isList()) return value->toList().vec();
   if (value->isTuple()) return value->toTupleRef().elements().vec();
