@@ -74,8 +74,9 @@ class Service {
   // Answers one request on the calling thread (any number of threads at once). Its trace,
   // if captured, is queued for the writer: call Flush before reading it.
   Answer Handle(const Request& request);
-  // Waits until every queued trace is written; the first write error since the last
-  // Flush, if any.
+  // Waits until every queued trace is written, and frees the written traces their
+  // capturing threads have not freed yet (NOTE [Traces freed where they were made] in
+  // service.cc); the first write error since the last Flush, if any.
   absl::Status Flush();
 
  private:
@@ -83,9 +84,13 @@ class Service {
     Trace trace;
     std::string trace_file;
     std::string graph_file;
+    std::thread::id captured_on;
   };
   bool Sampled(const Request& request);
   void WriteLoop();
+  // Destroys the written traces this thread captured (NOTE [Traces freed where they were
+  // made] in service.cc).
+  void FreeWrittenTraces();
 
   torch::jit::Module model_;
   ServiceOptions options_;
@@ -99,7 +104,8 @@ class Service {
   absl::Status write_error_;
   absl::flat_hash_map<std::string, absl::Status> failed_writes_;  // by trace file, for Serve
   std::deque<std::vector<std::string>> written_;  // each kept trace's files, oldest first
-  std::thread writer_;                            // last: started once the rest is ready
+  std::vector<PendingTrace> to_free_;  // written, waiting for the thread that captured them
+  std::thread writer_;                 // last: started once the rest is ready
 };
 
 }  // namespace serve
