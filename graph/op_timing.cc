@@ -1,13 +1,11 @@
 #include "graph/op_timing.h"
 
 #include <algorithm>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "graph/file_io.h"
@@ -43,40 +41,27 @@ bool HasOpTimes(const Trace& trace) {
 }
 
 std::map<std::string, int64_t> ModuleTotals(const Trace& trace) {
-  // Each op's time goes to its own module, then each module's total to its parent's,
-  // deepest modules first: every module name is made once, however many ops ran in it and
-  // however deep it nests (one op's ancestors made anew per op cost a crafted file of
-  // 200,000-level addresses quadratic time and memory).
-  absl::flat_hash_map<std::string, int64_t> own;
-  int64_t all = 0;
-  bool any = false;
+  // Each op's time goes to its own module ("" for the model itself), and then each module's
+  // total to its parent's. A module's name sorts after its parent's, which is a prefix of
+  // it, so one pass from the last name to the first meets every module before its parent.
+  // Each name is made once, however many ops ran in it and however deep it nests (made per
+  // op and level, a crafted file's 200,000-level addresses cost quadratic time and memory).
+  std::map<std::string, int64_t> totals;
   for (const Op& op : trace.ops()) {
     if (op.duration_ns < 0) continue;
-    any = true;
-    AddSaturating(&all, op.duration_ns);
-    if (!op.module_address.empty()) AddSaturating(&own[op.module_address], op.duration_ns);
-  }
-  std::vector<std::pair<size_t, std::string>> by_depth;  // (dots, address)
-  std::vector<std::string> pending;
-  for (const auto& [address, ns] : own) pending.push_back(address);
-  while (!pending.empty()) {
-    std::string address = std::move(pending.back());
-    pending.pop_back();
-    const size_t dot = address.rfind('.');
-    if (dot != std::string::npos && own.try_emplace(address.substr(0, dot), 0).second) {
-      pending.push_back(address.substr(0, dot));
+    auto [it, added] = totals.try_emplace(op.module_address, 0);
+    AddSaturating(&it->second, op.duration_ns);
+    // Its ancestors, up to the first one listed already.
+    for (std::string name = op.module_address; added && !name.empty();) {
+      const size_t dot = name.rfind('.');
+      name.resize(dot == std::string::npos ? 0 : dot);
+      added = totals.try_emplace(name, 0).second;
     }
-    by_depth.emplace_back(static_cast<size_t>(std::count(address.begin(), address.end(), '.')),
-                          std::move(address));
   }
-  std::sort(by_depth.begin(), by_depth.end(), std::greater<>());
-  std::map<std::string, int64_t> totals;
-  if (any) totals[""] = all;
-  for (const auto& [dots, address] : by_depth) {
-    const int64_t ns = own[address];
-    const size_t dot = address.rfind('.');
-    if (dot != std::string::npos) AddSaturating(&own[address.substr(0, dot)], ns);
-    totals.emplace(address, ns);
+  for (auto it = totals.rbegin(); it != totals.rend(); ++it) {
+    if (it->first.empty()) continue;
+    const size_t dot = it->first.rfind('.');
+    AddSaturating(&totals[it->first.substr(0, dot == std::string::npos ? 0 : dot)], it->second);
   }
   return totals;
 }

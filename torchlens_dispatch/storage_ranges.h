@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "graph/trace.h"
 
 namespace torchlens {
@@ -23,6 +25,42 @@ inline std::pair<int64_t, int64_t> ByteRange(const at::Tensor& tensor) {
     last += (tensor.size(d) - 1) * std::abs(tensor.stride(d));
   }
   return {begin, begin + (last + 1) * item};
+}
+
+// Elements [first, last + 1) of the storage that `geometry` reaches ([offset, offset) when
+// it has no elements), as ByteRange gives a live tensor's in bytes. kInvalidArgument naming
+// why no tensor has that geometry: a negative size, stride or offset, or a reach whose
+// elements or bytes of `element_size` overflow 64 bits. Geometries a trace file holds, and
+// the arguments replay passes, are whatever the file says (NOTE [Kernels that trust their
+// arguments] in validation/kernel_preconditions.h).
+inline absl::StatusOr<std::pair<int64_t, int64_t>> CheckedElementRange(
+    const TensorGeometry& geometry, int64_t element_size) {
+  if (geometry.sizes.size() != geometry.strides.size()) {
+    return absl::InvalidArgumentError("sizes and strides of different lengths");
+  }
+  if (geometry.storage_offset < 0) return absl::InvalidArgumentError("a negative offset");
+  bool empty = false;
+  for (size_t d = 0; d < geometry.sizes.size(); ++d) {
+    if (geometry.sizes[d] < 0 || geometry.strides[d] < 0) {
+      return absl::InvalidArgumentError("a negative size or stride");
+    }
+    empty = empty || geometry.sizes[d] == 0;
+  }
+  if (empty) return std::make_pair(geometry.storage_offset, geometry.storage_offset);
+  int64_t last = geometry.storage_offset;
+  for (size_t d = 0; d < geometry.sizes.size(); ++d) {
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(geometry.sizes[d] - 1, geometry.strides[d], &reach) ||
+        __builtin_add_overflow(last, reach, &last)) {
+      return absl::InvalidArgumentError("a geometry whose extent overflows 64 bits");
+    }
+  }
+  int64_t bytes = 0;
+  if (__builtin_add_overflow(last, 1, &last) ||
+      __builtin_mul_overflow(last, element_size, &bytes)) {
+    return absl::InvalidArgumentError("a geometry whose bytes overflow 64 bits");
+  }
+  return std::make_pair(geometry.storage_offset, last);
 }
 
 inline bool Overlap(std::pair<int64_t, int64_t> a, std::pair<int64_t, int64_t> b) {

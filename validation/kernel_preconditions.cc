@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "torchlens_dispatch/storage_ranges.h"
 
 namespace torchlens {
 namespace {
@@ -93,28 +94,9 @@ absl::Status CheckStrided(const c10::OperatorName& name, c10::ArrayRef<c10::IVal
   if (!sizes.has_value() || !strides.has_value()) return absl::OkStatus();  // the kernel refuses
   int64_t offset = self->storage_offset();
   if (sizes_at + 2 < args.size() && args[sizes_at + 2].isInt()) offset = args[sizes_at + 2].toInt();
-  if (sizes->size() != strides->size() || offset < 0) {
-    return Refuse(name,
-                  "with a geometry no tensor has (negative offset, or sizes and strides "
-                  "of different lengths)");
-  }
-  int64_t last = offset;
-  for (size_t d = 0; d < sizes->size(); ++d) {
-    if ((*sizes)[d] < 0 || (*strides)[d] < 0) {
-      return Refuse(name, "with a negative size or stride");
-    }
-    if ((*sizes)[d] == 0) return absl::OkStatus();
-    int64_t reach = 0;
-    if (__builtin_mul_overflow((*sizes)[d] - 1, (*strides)[d], &reach) ||
-        __builtin_add_overflow(last, reach, &last)) {
-      return Refuse(name, "with a geometry whose extent overflows 64 bits");
-    }
-  }
-  int64_t bytes = 0;
-  if (__builtin_add_overflow(last, 1, &last) ||
-      __builtin_mul_overflow(last, static_cast<int64_t>(self->element_size()), &bytes)) {
-    return Refuse(name, "with a geometry whose bytes overflow 64 bits");
-  }
+  const absl::StatusOr<std::pair<int64_t, int64_t>> range = CheckedElementRange(
+      TensorGeometry{*sizes, *strides, offset}, static_cast<int64_t>(self->element_size()));
+  if (!range.ok()) return Refuse(name, absl::StrCat("with ", range.status().message()));
   return absl::OkStatus();
 }
 

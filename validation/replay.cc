@@ -28,6 +28,7 @@
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
 #include "torchlens_dispatch/saved_copy.h"
+#include "torchlens_dispatch/storage_ranges.h"
 #include "validation/kernel_preconditions.h"
 
 namespace torchlens {
@@ -190,35 +191,6 @@ at::Tensor TensorArgument(const std::vector<c10::IValue>& args, int index) {
 }
 
 namespace {
-
-// Elements [first, last + 1) of the storage that `geometry` can touch; empty when it has
-// no elements. nullopt when no tensor has that geometry (a negative size, stride or offset,
-// which as_strided refuses too) or its bytes of `element_size` overflow: a trace file's
-// geometries are whatever the file says (helper review, 2026-12-06: strides near 2^62
-// overflowed this sum).
-std::optional<std::pair<int64_t, int64_t>> ElementRange(const TensorGeometry& geometry,
-                                                        int64_t element_size) {
-  if (geometry.storage_offset < 0) return std::nullopt;
-  int64_t last = geometry.storage_offset;
-  bool empty = false;
-  for (size_t d = 0; d < geometry.sizes.size(); ++d) {
-    if (geometry.sizes[d] < 0 || geometry.strides[d] < 0) return std::nullopt;
-    if (geometry.sizes[d] == 0) empty = true;
-    int64_t reach = 0;
-    if (__builtin_mul_overflow(geometry.sizes[d] == 0 ? 0 : geometry.sizes[d] - 1,
-                               geometry.strides[d], &reach) ||
-        __builtin_add_overflow(last, reach, &last)) {
-      return std::nullopt;
-    }
-  }
-  int64_t bytes = 0;
-  if (__builtin_add_overflow(last, 1, &last) ||
-      __builtin_mul_overflow(last, element_size, &bytes)) {
-    return std::nullopt;
-  }
-  if (empty) return std::make_pair(geometry.storage_offset, geometry.storage_offset);
-  return std::make_pair(geometry.storage_offset, last);
-}
 
 // The most bytes the layout of a write through an alias may take beyond its two values'
 // own: a captured write's two geometries are views of one storage, whose span is the
@@ -415,11 +387,13 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
   const int64_t written_size = static_cast<int64_t>(written.element_size());
   const int64_t aliased_size = static_cast<int64_t>(before.element_size());
   const int64_t align = std::max(written_size, aliased_size);
-  const std::optional<std::pair<int64_t, int64_t>> written_range =
-      ElementRange(write.written, written_size);
-  const std::optional<std::pair<int64_t, int64_t>> aliased_range =
-      ElementRange(write.aliased, aliased_size);
-  if (!written_range.has_value() || !aliased_range.has_value()) {
+  // A trace file's geometries may be ones no tensor has (helper review, 2026-12-06: strides
+  // near 2^62 overflowed these sums).
+  const absl::StatusOr<std::pair<int64_t, int64_t>> written_range =
+      CheckedElementRange(write.written, written_size);
+  const absl::StatusOr<std::pair<int64_t, int64_t>> aliased_range =
+      CheckedElementRange(write.aliased, aliased_size);
+  if (!written_range.ok() || !aliased_range.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "not replayable: the write of ", op.label,
         " through an alias is recorded with a geometry no tensor has (negative, or beyond "
