@@ -48,6 +48,7 @@
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/script_runner.h"
+#include "validation/corner_replay.h"
 #include "validation/intervene.h"
 #include "validation/perturbed_tensors.h"
 #include "validation/replay.h"
@@ -257,8 +258,9 @@ absl::Status EnsureModels(const std::string& dir) {
 // The kernel calls validation cannot avoid (README "Validation", its cost): each op with
 // saved values once on its saved arguments, and once more per parent whose perturbation it
 // checks, with that parent's tensors (PerturbedTensorsByParent, as validation picks them)
-// replaced by their first perturbation. Built before timing, so the floor row times the
-// calls alone.
+// replaced by their first perturbation; for an op with a corner (NOTE [Perturbing a
+// corner]) the perturbed run is the run on the corner pair. Built before
+// timing, so the floor row times the calls alone.
 struct ReplayCall {
   const Op* op;
   std::vector<c10::IValue> args;
@@ -271,7 +273,18 @@ std::vector<ReplayCall> ValidationFloorCalls(const Trace& trace) {
     calls.push_back(
         {&op, ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& t) { return t; })});
     const std::vector<std::vector<int>> perturbed_tensors = PerturbedTensorsByParent(op);
+    const std::optional<Corner> corner = FindCorner(op);
     for (const std::vector<int>& indexes : perturbed_tensors) {
+      const auto first_perturbation = [&](const at::Tensor& t) {
+        return Perturbation(t, 0, [&]() -> at::Generator& { return generator; });
+      };
+      if (corner.has_value() && indexes.size() == 1 && indexes[0] == corner->input) {
+        if (std::optional<std::vector<c10::IValue>> pair =
+                CornerPairArguments(op, *corner, first_perturbation)) {
+          calls.push_back({&op, *std::move(pair)});
+          continue;
+        }
+      }
       bool perturbed = false;
       std::vector<c10::IValue> args =
           ReplayArguments(op, [&](int index, const ArgSource&, const at::Tensor& t) {
@@ -279,8 +292,7 @@ std::vector<ReplayCall> ValidationFloorCalls(const Trace& trace) {
                 t.numel() == 0) {
               return t;
             }
-            std::optional<at::Tensor> changed =
-                Perturbation(t, 0, [&]() -> at::Generator& { return generator; });
+            std::optional<at::Tensor> changed = first_perturbation(t);
             perturbed = perturbed || changed.has_value();
             return changed.value_or(t);
           });

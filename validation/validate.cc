@@ -28,6 +28,7 @@
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/exemptions.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "validation/corner_replay.h"
 #include "validation/kernel_preconditions.h"
 #include "validation/perturbed_tensors.h"
 #include "validation/replay.h"
@@ -448,6 +449,7 @@ class Validator {
       return;
     }
     const std::vector<std::vector<int>> perturbed_tensors = PerturbedTensorsByParent(op);
+    const std::optional<Corner> corner = FindCorner(op);
     for (size_t p = 0; p < op.parents.size(); ++p) {
       const std::string& parent = op.parents[p];
       // The tensor arguments that come from this parent and can matter.
@@ -489,6 +491,19 @@ class Validator {
         }
         return generator_;
       };
+      // NOTE [Perturbing a corner]: proved on a corner of the input when it can be.
+      if (corner.has_value() && indexes.size() == 1 && indexes[0] == corner->input) {
+        std::optional<std::vector<c10::IValue>> pair = CornerPairArguments(
+            op, *corner,
+            [&](const at::Tensor& value) { return Perturbation(value, 0, generator); });
+        absl::StatusOr<ReplayResult> run =
+            pair.has_value() ? ReplayOp(op, *std::move(pair))
+                             : absl::StatusOr<ReplayResult>(absl::CancelledError());
+        if (run.ok() && PairSamplesDiffer(*corner, run->outputs)) {
+          ++perturbations_checked_;
+          continue;
+        }
+      }
       bool reacted = false;
       bool exempt = false;
       for (int attempt = 0; !reacted; ++attempt) {
