@@ -44,6 +44,7 @@
 #include "absl/strings/strip.h"
 #include "tools/allocator_peak.h"
 #include "tools/flag_parser.h"
+#include "tools/output_keeper.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
@@ -355,6 +356,13 @@ nlohmann::json BenchOne(const BenchModel& spec, const Options& options) {
     // The private plan captures run through (NOTE [Stable plans]), without capture: how
     // much of a capture's cost is the plan, not the recording.
     configs.push_back({"private_plan", [&] { RunUnoptimized(model, inputs); }, {}});
+    // What keeping every value costs the private plan without torchlens (output_keeper.h).
+    configs.push_back({"keep_outputs",
+                       [&] { RunKeepingOutputs([&] { RunUnoptimized(model, inputs); }, false); },
+                       {}});
+    configs.push_back({"keep_values",
+                       [&] { RunKeepingOutputs([&] { RunUnoptimized(model, inputs); }, true); },
+                       {}});
     configs.push_back({"capture", [&] { (void)TraceModule(model, inputs); }, {}});
     configs.push_back({"capture_graph", [&] { capture_and_read(CaptureOptions()); }, {}});
   }
