@@ -14,8 +14,8 @@ namespace {
 
 // Where a windowed op's window parameters are among its arguments.
 struct WindowArguments {
-  int spatial = 0;   // spatial dimensions (trailing dimensions of the input)
-  int kernel = -1;   // argument holding the window sizes; -1: the weight's sizes after 2
+  int spatial = 0;  // spatial dimensions (trailing dimensions of the input)
+  int kernel = -1;  // argument holding the window sizes; -1: the weight's sizes after 2
   int stride = 0;
   int padding = 0;
   int dilation = 0;
@@ -54,8 +54,8 @@ std::optional<Corner> FindCorner(const Op& op) {
   std::optional<WindowArguments> where = WindowArgumentsOf(op);
   if (!where.has_value()) return std::nullopt;
   const auto& args = op.creation_args;
-  const int needed = std::max({where->kernel, where->stride, where->padding, where->dilation,
-                               where->transposed, 1});
+  const int needed = std::max(
+      {where->kernel, where->stride, where->padding, where->dilation, where->transposed, 1});
   if (static_cast<int>(args.size()) <= needed || !args[0].isTensor()) return std::nullopt;
   if (where->transposed >= 0 &&
       (!args[where->transposed].isBool() || args[where->transposed].toBool())) {
@@ -95,8 +95,7 @@ std::optional<Corner> FindCorner(const Op& op) {
       stride = kernel;  // max pooling's default stride
     }
     const std::optional<int64_t> padding = PerDimension(args[where->padding], i, where->spatial);
-    const std::optional<int64_t> dilation =
-        PerDimension(args[where->dilation], i, where->spatial);
+    const std::optional<int64_t> dilation = PerDimension(args[where->dilation], i, where->spatial);
     if (!kernel || !stride || !padding || !dilation || *kernel < 1 || *kernel > (1 << 20) ||
         *stride < 1 || *padding < 0 || *dilation < 1 || *dilation > (1 << 20)) {
       return std::nullopt;

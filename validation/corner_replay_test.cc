@@ -66,34 +66,58 @@ struct WindowedCase {
 std::vector<WindowedCase> WindowedCases() {
   namespace nn = torch::nn;
   return {
-      {"conv2d k3 p1", [] { return nn::Conv2d(nn::Conv2dOptions(4, 6, 3).padding(1)).ptr(); },
-       {3, 4, 12, 12}, "aten::conv2d", {2, 2}},
+      {"conv2d k3 p1",
+       [] { return nn::Conv2d(nn::Conv2dOptions(4, 6, 3).padding(1)).ptr(); },
+       {3, 4, 12, 12},
+       "aten::conv2d",
+       {2, 2}},
       {"conv2d k3 s2 p1 d2",
        [] { return nn::Conv2d(nn::Conv2dOptions(4, 6, 3).stride(2).padding(1).dilation(2)).ptr(); },
-       {2, 4, 16, 16}, "aten::conv2d", {4, 4}},
+       {2, 4, 16, 16},
+       "aten::conv2d",
+       {4, 4}},
       {"conv2d k7 s2 p3",
        [] { return nn::Conv2d(nn::Conv2dOptions(3, 5, 7).stride(2).padding(3)).ptr(); },
-       {1, 3, 20, 20}, "aten::conv2d", {4, 4}},
+       {1, 3, 20, 20},
+       "aten::conv2d",
+       {4, 4}},
       {"conv2d k(3,5) p(0,2) groups 2",
        [] {
          return nn::Conv2d(nn::Conv2dOptions(4, 6, {3, 5}).padding({0, 2}).groups(2)).ptr();
        },
-       {2, 4, 10, 14}, "aten::conv2d", {3, 3}},
-      {"conv1d k5 p2", [] { return nn::Conv1d(nn::Conv1dOptions(4, 6, 5).padding(2)).ptr(); },
-       {2, 4, 30}, "aten::conv1d", {3}},
-      {"conv3d k3 p1", [] { return nn::Conv3d(nn::Conv3dOptions(2, 3, 3).padding(1)).ptr(); },
-       {1, 2, 8, 8, 8}, "aten::conv3d", {2, 2, 2}},
+       {2, 4, 10, 14},
+       "aten::conv2d",
+       {3, 3}},
+      {"conv1d k5 p2",
+       [] { return nn::Conv1d(nn::Conv1dOptions(4, 6, 5).padding(2)).ptr(); },
+       {2, 4, 30},
+       "aten::conv1d",
+       {3}},
+      {"conv3d k3 p1",
+       [] { return nn::Conv3d(nn::Conv3dOptions(2, 3, 3).padding(1)).ptr(); },
+       {1, 2, 8, 8, 8},
+       "aten::conv3d",
+       {2, 2, 2}},
       {"max_pool2d k3 s2 p1",
        [] { return nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)).ptr(); },
-       {2, 4, 12, 12}, "aten::max_pool2d", {2, 2}},
+       {2, 4, 12, 12},
+       "aten::max_pool2d",
+       {2, 2}},
       {"max_pool2d k3 s2 ceil",
        [] { return nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).ceil_mode(true)).ptr(); },
-       {2, 4, 12, 13}, "aten::max_pool2d", {3, 3}},
+       {2, 4, 12, 13},
+       "aten::max_pool2d",
+       {3, 3}},
       {"max_pool2d k2 d2",
        [] { return nn::MaxPool2d(nn::MaxPool2dOptions(2).stride(2).dilation(2)).ptr(); },
-       {1, 3, 12, 12}, "aten::max_pool2d", {3, 3}},
-      {"max_pool1d k4", [] { return nn::MaxPool1d(nn::MaxPool1dOptions(4)).ptr(); },
-       {2, 3, 40}, "aten::max_pool1d", {4}},
+       {1, 3, 12, 12},
+       "aten::max_pool2d",
+       {3, 3}},
+      {"max_pool1d k4",
+       [] { return nn::MaxPool1d(nn::MaxPool1dOptions(4)).ptr(); },
+       {2, 3, 40},
+       "aten::max_pool1d",
+       {4}},
   };
 }
 
@@ -114,8 +138,8 @@ TEST(CornerReplayTest, CornerPairGivesTheWholeOpsFirstPositionForBothSamples) {
     torch::manual_seed(3);
     std::shared_ptr<torch::nn::Module> module = c.make();
     const torch::Tensor x = torch::randn(c.input_shape);
-    const Trace trace = CaptureOf(*module, [&](const torch::Tensor& in) { return ForwardOf(*module, in); },
-                                  x);
+    const Trace trace = CaptureOf(
+        *module, [&](const torch::Tensor& in) { return ForwardOf(*module, in); }, x);
     const Op* op = OnlyOp(trace, c.func_name);
     ASSERT_NE(op, nullptr);
     const std::optional<Corner> corner = FindCorner(*op);
@@ -146,8 +170,7 @@ TEST(CornerReplayTest, CornerPairGivesTheWholeOpsFirstPositionForBothSamples) {
     for (int i = 0; i < spatial; ++i) region = region.narrow(2 + i, 0, c.extent[i]);
     region.copy_(region * -2 + 1);
     const torch::Tensor expected_perturbed = FirstPosition(ForwardOf(*module, first), spatial);
-    EXPECT_TRUE(torch::allclose(FirstPosition(out.narrow(0, 0, 1), spatial), expected, 1e-5,
-                                1e-6));
+    EXPECT_TRUE(torch::allclose(FirstPosition(out.narrow(0, 0, 1), spatial), expected, 1e-5, 1e-6));
     EXPECT_TRUE(torch::allclose(FirstPosition(out.narrow(0, 1, 1), spatial), expected_perturbed,
                                 1e-5, 1e-6));
     EXPECT_FALSE(torch::equal(expected, expected_perturbed));
@@ -176,17 +199,28 @@ TEST(CornerReplayTest, NoCornerWhereItCannotBeSmallOrTheWindowIsNotANumber) {
   };
   const std::vector<NoCorner> cases = {
       // Window at position 0 over padding only: 1 * (1 - 1) - 1 + 1 = 0 elements.
-      {"k1 p1", [] { return nn::Conv2d(nn::Conv2dOptions(2, 2, 1).padding(1)).ptr(); },
-       {1, 2, 16, 16}, conv2d, "aten::conv2d"},
+      {"k1 p1",
+       [] { return nn::Conv2d(nn::Conv2dOptions(2, 2, 1).padding(1)).ptr(); },
+       {1, 2, 16, 16},
+       conv2d,
+       "aten::conv2d"},
       // Two corners of 2 x 2 are more than a quarter of a 3 x 3 input.
-      {"small input", [] { return nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(1)).ptr(); },
-       {1, 2, 3, 3}, conv2d, "aten::conv2d"},
+      {"small input",
+       [] { return nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(1)).ptr(); },
+       {1, 2, 3, 3},
+       conv2d,
+       "aten::conv2d"},
       // An unbatched input has no sample to pair.
-      {"unbatched", [] { return nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(1)).ptr(); },
-       {2, 16, 16}, conv2d, "aten::conv2d"},
+      {"unbatched",
+       [] { return nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(1)).ptr(); },
+       {2, 16, 16},
+       conv2d,
+       "aten::conv2d"},
       {"padding same",
        [] { return nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(torch::kSame)).ptr(); },
-       {1, 2, 16, 16}, conv2d, "aten::conv2d"},
+       {1, 2, 16, 16},
+       conv2d,
+       "aten::conv2d"},
       {"transposed",
        [] { return nn::ConvTranspose2d(nn::ConvTranspose2dOptions(2, 2, 3)).ptr(); },
        {1, 2, 16, 16},
