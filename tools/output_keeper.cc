@@ -41,11 +41,11 @@ void RunKeepingOutputs(absl::FunctionRef<void()> forward, bool copy) {
   kept = &outputs;
   depth = 0;
   copy_overwritten = copy;
-  const at::CallbackHandle handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(&Enter, &Leave)
-          .needsInputs(copy)
-          .needsOutputs(true)
-          .scopes({at::RecordScope::FUNCTION}));
+  const at::CallbackHandle handle =
+      at::addThreadLocalCallback(at::RecordFunctionCallback(&Enter, &Leave)
+                                     .needsInputs(copy)
+                                     .needsOutputs(true)
+                                     .scopes({at::RecordScope::FUNCTION}));
   forward();
   at::removeCallback(handle);
   kept = nullptr;
