@@ -279,9 +279,9 @@ std::vector<ReplayCall> ValidationFloorCalls(const Trace& trace) {
       const auto first_perturbation = [&](const at::Tensor& t) {
         return Perturbation(t, 0, [&]() -> at::Generator& { return generator; });
       };
-      if (corner.has_value() && indexes.size() == 1 && indexes[0] == corner->input) {
+      if (corner.has_value()) {
         if (std::optional<std::vector<c10::IValue>> pair =
-                CornerPairArguments(op, *corner, first_perturbation)) {
+                CornerPairArguments(op, *corner, indexes, first_perturbation)) {
           calls.push_back({&op, *std::move(pair)});
           continue;
         }

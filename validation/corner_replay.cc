@@ -115,8 +115,9 @@ std::optional<Corner> FindCorner(const Op& op) {
 }
 
 std::optional<std::vector<c10::IValue>> CornerPairArguments(
-    const Op& op, const Corner& corner,
+    const Op& op, const Corner& corner, const std::vector<int>& perturbed_tensors,
     absl::FunctionRef<std::optional<at::Tensor>(const at::Tensor& corner)> perturb) {
+  if (perturbed_tensors.size() != 1 || perturbed_tensors[0] != corner.input) return std::nullopt;
   bool perturbed = true;
   std::vector<c10::IValue> args =
       ReplayArguments(op, [&](int index, const ArgSource&, const at::Tensor& saved) {

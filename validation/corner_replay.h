@@ -53,9 +53,11 @@ std::optional<Corner> FindCorner(const Op& op);
 
 // `op`'s saved arguments (as ReplayArguments builds them) with its windowed input replaced
 // by the corner pair: a batch of two samples, the first the corner of the input's first
-// sample, the second `perturb` of it. nullopt when `perturb` gives nullopt.
+// sample, the second `perturb` of it. nullopt when the tensors a parent perturbs,
+// `perturbed` (as PerturbedTensorsByParent gives them), are not the windowed input alone,
+// or when `perturb` gives nullopt.
 std::optional<std::vector<c10::IValue>> CornerPairArguments(
-    const Op& op, const Corner& corner,
+    const Op& op, const Corner& corner, const std::vector<int>& perturbed,
     absl::FunctionRef<std::optional<at::Tensor>(const at::Tensor& corner)> perturb);
 
 // Whether the two samples of some output of a run on the corner pair differ at the first

@@ -151,7 +151,8 @@ TEST(CornerReplayTest, CornerPairGivesTheWholeOpsFirstPositionForBothSamples) {
     const auto perturb = [](const torch::Tensor& t) -> std::optional<at::Tensor> {
       return t * -2 + 1;
     };
-    std::optional<std::vector<c10::IValue>> pair = CornerPairArguments(*op, *corner, perturb);
+    std::optional<std::vector<c10::IValue>> pair =
+        CornerPairArguments(*op, *corner, {corner->input}, perturb);
     ASSERT_TRUE(pair.has_value());
     absl::StatusOr<ReplayResult> run = ReplayOp(*op, *std::move(pair));
     ASSERT_TRUE(run.ok()) << run.status();
@@ -260,7 +261,8 @@ TEST(CornerReplayTest, EdgesTheCornerCannotProveArePerturbedWhole) {
   const std::optional<Corner> corner = FindCorner(*op);
   ASSERT_TRUE(corner.has_value());
   std::optional<std::vector<c10::IValue>> pair = CornerPairArguments(
-      *op, *corner, [](const torch::Tensor& t) -> std::optional<at::Tensor> { return -1 - t; });
+      *op, *corner, {corner->input},
+      [](const torch::Tensor& t) -> std::optional<at::Tensor> { return -1 - t; });
   ASSERT_TRUE(pair.has_value());
   absl::StatusOr<ReplayResult> run = ReplayOp(*op, *std::move(pair));
   ASSERT_TRUE(run.ok()) << run.status();

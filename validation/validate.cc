@@ -492,13 +492,14 @@ class Validator {
         return generator_;
       };
       // NOTE [Perturbing a corner]: proved on a corner of the input when it can be.
-      if (corner.has_value() && indexes.size() == 1 && indexes[0] == corner->input) {
-        std::optional<std::vector<c10::IValue>> pair = CornerPairArguments(
-            op, *corner,
-            [&](const at::Tensor& value) { return Perturbation(value, 0, generator); });
-        absl::StatusOr<ReplayResult> run =
-            pair.has_value() ? ReplayOp(op, *std::move(pair))
-                             : absl::StatusOr<ReplayResult>(absl::CancelledError());
+      std::optional<std::vector<c10::IValue>> pair;
+      if (corner.has_value()) {
+        pair = CornerPairArguments(op, *corner, indexes, [&](const at::Tensor& value) {
+          return Perturbation(value, 0, generator);
+        });
+      }
+      if (pair.has_value()) {
+        absl::StatusOr<ReplayResult> run = ReplayOp(op, *std::move(pair));
         if (run.ok() && PairSamplesDiffer(*corner, run->outputs)) {
           ++perturbations_checked_;
           continue;
