@@ -5,9 +5,11 @@
 #include <utility>
 
 #include "absl/hash/hash.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/saved_copy.h"
@@ -64,7 +66,7 @@ size_t Fingerprint(const at::Tensor& tensor) {
 
 BufferJournal::BufferJournal(const ModelLayout& layout, RecordAppender* record, Tensors* tensors,
                              bool save)
-    : record_(record), tensors_(tensors), save_(save) {
+    : record_(record), tensors_(tensors), save_(save), eager_(layout.eager) {
   buffers_.resize(layout.buffers.size());
   record_->record().buffers.reserve(layout.buffers.size());
   for (size_t i = 0; i < layout.buffers.size(); ++i) {
@@ -303,6 +305,13 @@ void BufferJournal::CheckAll() {
   }
 }
 
+void BufferJournal::Assign(int32_t buffer, const at::Tensor& tensor) {
+  if (tensor.defined() &&
+      tensor.unsafeGetTensorImpl() != buffers_[buffer].holder.unsafeGetTensorImpl()) {
+    OnReassign(buffer, tensor);
+  }
+}
+
 int32_t BufferJournal::OtherHolder(int32_t buffer, const at::Tensor& tensor) const {
   if (!tensor.defined() || !tensor.has_storage()) return -1;
   const absl::InlinedVector<int32_t, 1>* buffers =
@@ -439,7 +448,7 @@ absl::Status BufferJournal::Finish(bool allow_unjournaled) {
   // way capture could not see (set_data, a raw write): Finish reports it (README
   // "Unjournaled buffer changes").
   for (State& state : buffers_) {
-    const at::Tensor now = CurrentBuffer(*state.entry);
+    const at::Tensor now = SlotValue(state);
     if (state.latest_is_holder) {
       // NOTE [Reassigned values by reference]: `latest` is the tensor reassigned, whose
       // bytes may have changed since without a journaled write.
@@ -460,9 +469,15 @@ absl::Status BufferJournal::Finish(bool allow_unjournaled) {
         "its last recorded version. Write buffers with copy_ or other in-place ops (also "
         "through views and slices) or by reassignment (self.",
         address.substr(address.rfind('.') + 1),
-        " = t in TorchScript), not with set_data or .data assignment; or set "
-        "CaptureOptions::allow_unjournaled_writes to accept the change as a diagnostic");
-    if (!allow_unjournaled) return absl::FailedPreconditionError(diagnostic.message);
+        eager_ ? " = t), not with .data = t or set_data; or pass allow_unjournaled_writes=True "
+                 "to accept the change as a diagnostic"
+               : " = t in TorchScript), not with set_data or .data assignment; or set "
+                 "CaptureOptions::allow_unjournaled_writes to accept the change as a diagnostic");
+    if (!allow_unjournaled) {
+      absl::Status status = absl::FailedPreconditionError(diagnostic.message);
+      status.SetPayload(kUnjournaledWritePayload, absl::Cord(address));
+      return status;
+    }
     record.diagnostics.push_back(std::move(diagnostic));
   }
   for (size_t buffer = 0; buffer < buffers_.size(); ++buffer) {

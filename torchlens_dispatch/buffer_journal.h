@@ -88,6 +88,9 @@ class BufferJournal {
   bool has_assigned_buffers() const { return !assigned_.empty(); }
   void CheckAssigned();
   void CheckAll();
+  // Eager models, whose slots the journal cannot read: the slot of `buffer` now holds
+  // `tensor` (a reassignment when it is another tensor than the holder).
+  void Assign(int32_t buffer, const at::Tensor& tensor);
 
   // End of capture. NOTE [Unjournaled buffer changes]: kFailedPrecondition naming a buffer
   // whose value differs from its last version, unless `allow_unjournaled`, which records
@@ -131,6 +134,10 @@ class BufferJournal {
 
   // Whether versions keep their values (saved, or streamed to a sink).
   bool KeepsValues() const { return save_ || record_->streams(); }
+  // The tensor the buffer's slot holds now: for an eager model, the last one assigned.
+  at::Tensor SlotValue(const State& state) const {
+    return eager_ ? state.holder : CurrentBuffer(*state.entry);
+  }
   void SetHolder(int32_t buffer, const at::Tensor& tensor);
   void Reindex(int32_t buffer);  // after an op moved the holder (set_)
   void Unindex(int32_t buffer);  // drops it from the index of its holder's storage
@@ -152,6 +159,7 @@ class BufferJournal {
   RecordAppender* record_;
   Tensors* tensors_;
   bool save_;
+  bool eager_;  // ModelLayout::eager
   std::vector<State> buffers_;
   std::vector<int32_t> assigned_;  // buffers whose slot some method's code assigns
   absl::flat_hash_map<const c10::StorageImpl*, absl::InlinedVector<int32_t, 1>> storages_;

@@ -27,6 +27,17 @@ namespace torchlens {
 
 namespace {
 
+// The parameters of a model of each kind, as an iterable of tensors.
+template <typename Model>
+auto ParametersOf(const Model& model) {
+  return model.parameters();
+}
+std::vector<at::Tensor> ParametersOf(const EagerModel& model) {
+  std::vector<at::Tensor> parameters;
+  for (const EagerModel::Tensor& param : model.params) parameters.push_back(param.tensor);
+  return parameters;
+}
+
 // CaptureOptions::trace_file, when set: a writer for the file, fed by a value sink, with
 // the capture keeping no value (NOTE [Streaming without saving]); the model's parameters
 // are queued for its writer thread. `Model` is torch::jit::Module or torch::nn::Module.
@@ -53,7 +64,7 @@ absl::Status StreamToFile(const Model& model, CaptureOptions* options,
     const absl::Status added = file->AddValue(value.node, value.output, value.value);
     if (!added.ok()) throw std::runtime_error(std::string(added.message()));
   };
-  for (const at::Tensor& parameter : model.parameters()) file->AddParameter(parameter);
+  for (const at::Tensor& parameter : ParametersOf(model)) file->AddParameter(parameter);
   return absl::OkStatus();
 }
 
@@ -119,7 +130,22 @@ CaptureGuard::CaptureGuard(torch::nn::Module& model, CaptureOptions options) {
   }
 }
 
+CaptureGuard::CaptureGuard(const EagerModel& model, CaptureOptions options) {
+  if (Recorder::Current() == nullptr) {
+    std::unique_ptr<TraceFileWriter> file;
+    refusal_ = StreamToFile(model, &options, &file);
+    if (!refusal_.ok()) return;
+    CaptureFallbackRegistered();
+    state_ = std::make_unique<State>(LayoutOf(model), model.training, std::move(options),
+                                     std::move(file));
+  }
+}
+
 CaptureGuard::~CaptureGuard() = default;
+
+void CaptureGuard::Stop() {
+  if (state_ != nullptr) state_->End();
+}
 
 bool CaptureGuard::active() const { return state_ != nullptr && !finished_; }
 
@@ -128,6 +154,15 @@ void CaptureGuard::MarkInputs(const c10::IValue& inputs) {
 }
 
 absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
+  return End(outputs, std::nullopt);
+}
+
+absl::StatusOr<Trace> CaptureGuard::FinishAfterForwardError(std::string reason) {
+  return End(c10::IValue(), std::move(reason));
+}
+
+absl::StatusOr<Trace> CaptureGuard::End(const c10::IValue& outputs,
+                                        std::optional<std::string> forward_error) {
   if (!refusal_.ok()) return refusal_;
   if (state_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -141,7 +176,10 @@ absl::StatusOr<Trace> CaptureGuard::Finish(const c10::IValue& outputs) {
         "CaptureGuard to capture again");
   }
   finished_ = true;
-  absl::StatusOr<CaptureRecord> record = state_->recorder.Finish(outputs);
+  absl::StatusOr<CaptureRecord> record =
+      forward_error.has_value()
+          ? state_->recorder.FinishAfterForwardError(*std::move(forward_error))
+          : state_->recorder.Finish(outputs);
   state_->End();
   if (!record.ok()) return record.status();
   const bool over_budget = record->budget_exceeded;

@@ -37,12 +37,15 @@
 #include <ATen/core/ivalue.h>
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "graph/trace.h"
 #include "torchlens_dispatch/capture_options.h"
+#include "torchlens_dispatch/eager_model.h"
 #include "torchlens_dispatch/module_fwd.h"
 
 namespace torchlens {
@@ -53,6 +56,9 @@ class CaptureGuard {
  public:
   explicit CaptureGuard(torch::jit::Module& model, CaptureOptions options = {});
   explicit CaptureGuard(torch::nn::Module& model, CaptureOptions options = {});
+  // An eager PyTorch model, as the Python front-end describes it (eager_model.h): ops
+  // belong to the module whose call is open (eager_scope.h).
+  explicit CaptureGuard(const EagerModel& model, CaptureOptions options = {});
   ~CaptureGuard();  // ends capture if Finish was not called; never throws
 
   CaptureGuard(const CaptureGuard&) = delete;
@@ -67,6 +73,16 @@ class CaptureGuard {
   // pass threw while capturing, kUnimplemented for a model whose code forks work onto
   // other threads (`torch.jit.fork`): such a guard captures nothing, naming the fork.
   absl::StatusOr<Trace> Finish(const c10::IValue& outputs);
+  // Instead of Finish, after the forward pass raised: ends capture and returns the ops
+  // that ran until then, without outputs, marked partial (`Trace::partial_reason()` is
+  // `reason`, where "{label}" stands for the last node's label). Buffer changes that no
+  // version explains are diagnostics. Errors as Finish's, but for kAborted.
+  absl::StatusOr<Trace> FinishAfterForwardError(std::string reason);
+
+  // Stops capturing on this thread (its dispatch state is restored) without finishing:
+  // ops the thread runs from now on are not captured, and Finish can still mark outputs
+  // and return the trace. The Python front-end's `with tl.capture(...)` block ends here.
+  void Stop();
 
   // Optional: names the tensors in `inputs` input_1, input_2, ... in this order. Without
   // it, tensors from outside the capture become inputs in order of first use; with it,
@@ -82,6 +98,8 @@ class CaptureGuard {
 
  private:
   struct State;
+  // Finish, or with `forward_error` FinishAfterForwardError.
+  absl::StatusOr<Trace> End(const c10::IValue& outputs, std::optional<std::string> forward_error);
 
   std::unique_ptr<State> state_;
   absl::Status refusal_;  // why this model is not captured (it forks), or OK

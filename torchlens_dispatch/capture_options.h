@@ -38,6 +38,10 @@ struct StreamedValue {
   const at::Tensor& value;
 };
 
+// The payload URL of Finish's kFailedPrecondition for a buffer changed without a journaled
+// write (see `allow_unjournaled_writes`); its value is the buffer's address.
+inline constexpr char kUnjournaledWritePayload[] = "torchlens/unjournaled-buffer-write";
+
 struct CaptureOptions {
   // Keep every op's output and the argument values needed to re-run it (replay,
   // validation, interventions). Without it the trace holds the graph, shapes and dtypes.

@@ -40,6 +40,10 @@ namespace torchlens {
 
 struct ModelLayout {
   bool torchscript = false;
+  // An eager PyTorch model, read by the Python front-end (eager_model.h): ops run in the
+  // module whose call is open (Recorder::EnterModule), and the front-end reports buffer
+  // reassignments (Recorder::OnBufferAssigned).
+  bool eager = false;
   uint32_t serial = 0;  // distinct for every layout built (FinishLayout numbers them)
 
   // Module ids index these; 0 is the root "".
@@ -85,7 +89,9 @@ struct ModelLayout {
     c10::ivalue::Object* owner = nullptr;
     size_t slot = 0;
     bool assigned_in_code = false;  // some method's code has a prim::SetAttr for it
-    at::Tensor tensor;              // torch::nn: the registered tensor (never reassigned)
+    // torch::nn: the registered tensor (never reassigned). Eager: the registered tensor
+    // when the capture started; the journal follows reassignments the front-end reports.
+    at::Tensor tensor;
   };
   std::vector<BufferEntry> buffers;
 
@@ -96,8 +102,15 @@ struct ModelLayout {
     std::string address;
     c10::ivalue::Object* owner = nullptr;  // valid while the model lives
     size_t slot = 0;
+    at::Tensor tensor;  // eager models: the attribute's tensor (owner is null)
   };
   std::vector<AttributeEntry> tensor_attributes;
+
+  // Eager models: the module objects (opaque identities given by the front-end) by id, so
+  // that a module call names its module (Recorder::EnterModule).
+  absl::flat_hash_map<const void*, int32_t> eager_module_ids;
+  // And each buffer by (its module's identity, its name there), for reassignments.
+  absl::flat_hash_map<std::pair<const void*, std::string>, int32_t> eager_buffer_ids;
 
   // Trace metadata, shared by every trace of the model.
   std::shared_ptr<const std::map<std::string, Module>> trace_modules;

@@ -119,10 +119,13 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   // Parameters are recognised on first use (AddUnseen), not registered one by one here:
   // see NOTE [Model layouts].
   for (const ModelLayout::AttributeEntry& attribute : layout_->tensor_attributes) {
-    const c10::IValue& value = attribute.owner->getSlot(attribute.slot);
-    if (!value.isTensor()) continue;
-    attributes_.emplace(value.unsafeToTensorImpl(),
-                        static_cast<int32_t>(record.constant_addresses.size()));
+    const c10::TensorImpl* impl = attribute.tensor.defined() ? attribute.tensor.unsafeGetTensorImpl()
+                                  : attribute.owner != nullptr &&
+                                          attribute.owner->getSlot(attribute.slot).isTensor()
+                                      ? attribute.owner->getSlot(attribute.slot).unsafeToTensorImpl()
+                                      : nullptr;
+    if (impl == nullptr) continue;
+    attributes_.emplace(impl, static_cast<int32_t>(record.constant_addresses.size()));
     record.constant_addresses.push_back(attribute.address);
   }
 }
@@ -359,8 +362,11 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
 }
 
 void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepared) {
-  const ScriptSite site = layout_->torchscript ? script_sites_.Current(info.symbol) : ScriptSite{};
-  node->module = site.in_script ? site.module : std::max<int32_t>(prepared->owner_module, 0);
+  const ScriptSite site = layout_->torchscript ? script_sites_.Current(info.symbol)
+                          : layout_->eager      ? EagerSite()
+                                                : ScriptSite{};
+  node->module = site.in_script || layout_->eager ? site.module
+                                                  : std::max<int32_t>(prepared->owner_module, 0);
   if (site.in_script && site.unknown_instance && prepared->owner_module >= 0 &&
       IsWithin(prepared->owner_module, site.module)) {
     // TorchScript could not name the submodule (a ModuleList iterated in a loop): the
@@ -698,6 +704,27 @@ bool Recorder::IsWithin(int32_t inner, int32_t outer) {
   return a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '.';
 }
 
+ScriptSite Recorder::EagerSite() {
+  ScriptSite site;
+  if (!open_calls_.empty()) {
+    OpenCall& call = open_calls_.back();
+    site.module = call.module;
+    site.position = ++call.ops;
+  }
+  return site;
+}
+
+bool Recorder::EnterModule(const void* module) {
+  auto it = layout_->eager_module_ids.find(module);
+  if (it == layout_->eager_module_ids.end()) return false;
+  open_calls_.push_back(OpenCall{it->second, 0});
+  return true;
+}
+
+void Recorder::ExitModule() {
+  if (!open_calls_.empty()) open_calls_.pop_back();
+}
+
 int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& site) {
   // See NOTE [Layers and passes].
   if (!site.in_script && module == 0) return next_layer_++;
@@ -711,7 +738,7 @@ int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& si
     if (layer < 0) layer = next_layer_++;
     return layer;
   }
-  const LayerKey key{module, op_index, site.in_script ? site.position : 0};
+  const LayerKey key{module, op_index, site.in_script || layout_->eager ? site.position : 0};
   auto [it, inserted] = layers_.try_emplace(key, next_layer_);
   if (inserted) ++next_layer_;
   return it->second;

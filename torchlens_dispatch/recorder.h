@@ -246,10 +246,23 @@ class Recorder : private BufferJournal::Tensors {
   // Ends recording: adds output nodes for the tensors in `outputs`, checks the buffers for
   // reassignments and unjournaled changes, and hands over the record.
   absl::StatusOr<CaptureRecord> Finish(const c10::IValue& outputs);
+  // Ends recording after the forward pass raised (in an op or between ops): the record of
+  // what ran until then, without outputs, marked partial with `reason` ("{label}" stands
+  // for the last node's label). Buffer changes no version explains become diagnostics. A
+  // capture that failed on its own (NOTE [Capture failures]) or halted has no such record.
+  absl::StatusOr<CaptureRecord> FinishAfterForwardError(std::string reason);
 
   // Called right after TorchScript code assigned a tensor attribute (NOTE [Buffer
   // reassignment]).
   void OnAttributeAssigned();
+
+  // Eager models (eager_scope.h): the call of the module with this identity opens, and
+  // the innermost open call closes. EnterModule returns false (and opens nothing) for a
+  // module the model does not have.
+  bool EnterModule(const void* module);
+  void ExitModule();
+  // Eager models: the buffer `name` of module `module` now holds `tensor`.
+  void OnBufferAssigned(const void* module, const std::string& name, const at::Tensor& tensor);
 
   // Whether the forward was stopped by CaptureOptions::halt_after or stop_at_non_finite (it
   // threw CaptureHalted).
@@ -474,6 +487,9 @@ class Recorder : private BufferJournal::Tensors {
   void StoreSizes();
 
   int32_t LayerOf(int32_t module, int32_t op_index, const ScriptSite& site);
+  // Eager models: the module of the op being identified, and its position in that
+  // module's open call, as LayerOf takes them (NOTE [Layers and passes] in script_sites.h).
+  ScriptSite EagerSite();
   // Whether module `inner` is a descendant of module `outer` (both model modules).
   bool IsWithin(int32_t inner, int32_t outer);
 
@@ -484,6 +500,13 @@ class Recorder : private BufferJournal::Tensors {
   ScriptSites script_sites_;
 
   int depth_ = 0;
+  // Eager models: the open module calls, innermost last, each with the number of ops run
+  // in it so far (eager_scope.h).
+  struct OpenCall {
+    int32_t module;
+    uint32_t ops;
+  };
+  std::vector<OpenCall> open_calls_;
   bool inputs_marked_ = false;
   bool finished_ = false;
   // NOTE [Capture failures]

@@ -24,6 +24,19 @@ void Recorder::OnAttributeAssigned() {
   }
 }
 
+void Recorder::OnBufferAssigned(const void* module, const std::string& name,
+                                const at::Tensor& tensor) {
+  if (inert_ || finished_) return;
+  auto it = layout_->eager_buffer_ids.find(std::make_pair(module, name));
+  if (it == layout_->eager_buffer_ids.end()) return;
+  NoCapture no_capture(kCaptureKey);
+  try {
+    journal_.Assign(it->second, tensor);
+  } catch (const std::exception& e) {
+    Abandon(e);
+  }
+}
+
 absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   NoCapture no_capture(kCaptureKey);
   if (finished_) return absl::FailedPreconditionError("the capture already finished");
@@ -74,6 +87,19 @@ absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   record.num_layers = next_layer_;
   StoreSizes();
   return record_.Release();
+}
+
+absl::StatusOr<CaptureRecord> Recorder::FinishAfterForwardError(std::string reason) {
+  if (inert_ || finished_) {
+    return Finish(c10::IValue());  // the capture's own failure, a halt, or a second call
+  }
+  failure_ = absl::OkStatus();  // the forward's exception, which reached its caller
+  CaptureRecord& record = record_.record();
+  record.partial_reason = std::move(reason);
+  record.partial_node = static_cast<int32_t>(record.nodes.size()) - 1;
+  // The forward may have stopped between a buffer's change and the op that journals it.
+  options_.allow_unjournaled_writes = true;
+  return Finish(c10::IValue());
 }
 
 void Recorder::CopySavedValuesOfModelState(c10::ArrayRef<const c10::StorageImpl*> restored) {

@@ -16,6 +16,21 @@ cc_library(
     linkopts = ["-ltorch", "-ltorch_cpu", "-lc10", "-pthread"],
 )
 
+# python3-dev (3.11) and libtorch-dev's Python bindings: for the torchlens_cpp extension
+# module (torchlens_dispatch/python), which Debian's /usr/bin/python3 loads beside
+# python3-torch. Extensions take Python's own symbols from the interpreter: no -lpython.
+cc_library(
+    name = "python",
+    hdrs = glob(["include/python3.11/**/*.h"]),
+    includes = ["include/python3.11"],
+)
+
+cc_library(
+    name = "torch_python",
+    linkopts = ["-ltorch_python"],
+    deps = [":libtorch", ":python"],
+)
+
 # libabsl-dev 20220623: one target for the components torchlens uses.
 cc_library(
     name = "absl",
