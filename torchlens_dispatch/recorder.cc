@@ -591,6 +591,13 @@ SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
   SourceRecord source;
   if (!tensor.defined()) return source;  // kNone
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  if (impl->is_wrapped_number()) {
+    // A Python number passed where the schema takes a tensor (`x * 2` calls mul.Tensor
+    // with a 0-dim "wrapped number"): an argument value, as a Scalar argument is, not a
+    // node. It is made anew for each call and never written.
+    source.kind = SourceRecord::Kind::kConstant;
+    return source;
+  }
   TensorEntry* entry = Lookup(impl);
   if (entry == nullptr) entry = AddUnseen(tensor);
   if (entry->aliases_buffer) *touches_buffer = true;

@@ -23,7 +23,9 @@ constexpr FusedMutatorNames kFusedMutators[] = {
     {"aten::batch_norm", {"running_mean", "running_var"}, "training"},
     {"aten::_batch_norm_impl_index", {"running_mean", "running_var"}, "training"},
     {"aten::native_batch_norm", {"running_mean", "running_var"}, "training"},
-    {"aten::instance_norm", {"running_mean", "running_var"}, "use_input_stats"},
+    // Always writes them back: in eval mode too (use_input_stats false) it copies the mean
+    // of the repeated statistics back, which rounds for 7 or more samples.
+    {"aten::instance_norm", {"running_mean", "running_var"}, ""},
     // Always updates them (no flag): SyncBatchNorm's and functorch's building block.
     {"aten::batch_norm_update_stats", {"running_mean", "running_var"}, ""},
 };

@@ -99,7 +99,7 @@ struct TraceHandle {
       return;
     }
     shared.push_back(SharedValue{tensor.unsafeGetTensorImpl()->version_counter(),
-                                 tensor._version(), std::move(what)});
+                                 static_cast<uint32_t>(tensor._version()), std::move(what)});
   }
 
   // A detached alias of `tensor` for Python, remembered as shared.
