@@ -22,7 +22,7 @@ namespace {
 // Most buffers are small and dense: CopyOfSaved copies those with one memcpy, which costs
 // a fraction of clone() (README "Performance": where a capture's time goes).
 at::Tensor Snapshot(const at::Tensor& tensor) {
-  return CopyOfSaved(tensor.requires_grad() ? tensor.detach() : tensor);
+  return CopyOfSaved(tensor.requires_grad() ? DetachedAlias(tensor) : tensor);
 }
 
 // NOTE [Reassigned values by reference]

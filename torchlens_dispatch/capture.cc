@@ -136,8 +136,8 @@ CaptureGuard::CaptureGuard(const EagerModel& model, CaptureOptions options) {
     refusal_ = StreamToFile(model, &options, &file);
     if (!refusal_.ok()) return;
     CaptureFallbackRegistered();
-    state_ = std::make_unique<State>(LayoutOf(model), model.training, std::move(options),
-                                     std::move(file));
+    state_ = std::make_unique<State>(model.layout != nullptr ? model.layout : LayoutOf(model),
+                                     model.training, std::move(options), std::move(file));
   }
 }
 

@@ -37,7 +37,8 @@ std::shared_ptr<const ModelLayout> LayoutOf(const EagerModel& model) {
   FinishLayout(std::move(modules), layout.get());
   for (const EagerModel::Module& module : model.modules) {
     auto id = layout->module_ids.find(module.address);
-    if (id != layout->module_ids.end()) layout->eager_module_ids.emplace(module.identity, id->second);
+    if (id != layout->module_ids.end())
+      layout->eager_module_ids.emplace(module.identity, id->second);
   }
   return layout;
 }

@@ -30,9 +30,9 @@ namespace torchlens {
 
 struct EagerModel {
   struct Module {
-    std::string address;      // "" for the root, "layer1.0.conv1"
-    std::string type_name;    // "Conv2d"
-    const void* identity;     // the module object; only compared, never dereferenced
+    std::string address;    // "" for the root, "layer1.0.conv1"
+    std::string type_name;  // "Conv2d"
+    const void* identity;   // the module object; only compared, never dereferenced
   };
   struct Tensor {
     std::string address;  // "layer1.0.bn1.running_mean"
@@ -51,6 +51,9 @@ struct EagerModel {
   // constant named by its address (NOTE [Constants] in recorder.h).
   std::vector<Tensor> tensor_attributes;
   bool training = false;  // the root's `training` flag
+  // LayoutOf(*this), when the front-end kept it from an earlier capture of the unchanged
+  // model; null: CaptureGuard reads it.
+  std::shared_ptr<const ModelLayout> layout;
 };
 
 // The layout of `model`: read anew for every capture, as for torch::nn modules.

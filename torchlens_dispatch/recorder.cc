@@ -24,6 +24,7 @@
 #include "torchlens_dispatch/ops/inplace_view.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
+#include "torchlens_dispatch/saved_copy.h"
 #include "torchlens_dispatch/testing.h"
 #include "torchlens_dispatch/write_watch.h"
 
@@ -119,11 +120,11 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   // Parameters are recognised on first use (AddUnseen), not registered one by one here:
   // see NOTE [Model layouts].
   for (const ModelLayout::AttributeEntry& attribute : layout_->tensor_attributes) {
-    const c10::TensorImpl* impl = attribute.tensor.defined() ? attribute.tensor.unsafeGetTensorImpl()
-                                  : attribute.owner != nullptr &&
-                                          attribute.owner->getSlot(attribute.slot).isTensor()
-                                      ? attribute.owner->getSlot(attribute.slot).unsafeToTensorImpl()
-                                      : nullptr;
+    const c10::TensorImpl* impl =
+        attribute.tensor.defined() ? attribute.tensor.unsafeGetTensorImpl()
+        : attribute.owner != nullptr && attribute.owner->getSlot(attribute.slot).isTensor()
+            ? attribute.owner->getSlot(attribute.slot).unsafeToTensorImpl()
+            : nullptr;
     if (impl == nullptr) continue;
     attributes_.emplace(impl, static_cast<int32_t>(record.constant_addresses.size()));
     record.constant_addresses.push_back(attribute.address);
@@ -363,10 +364,10 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
 
 void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepared) {
   const ScriptSite site = layout_->torchscript ? script_sites_.Current(info.symbol)
-                          : layout_->eager      ? EagerSite()
-                                                : ScriptSite{};
-  node->module = site.in_script || layout_->eager ? site.module
-                                                  : std::max<int32_t>(prepared->owner_module, 0);
+                          : layout_->eager     ? EagerSite()
+                                               : ScriptSite{};
+  node->module =
+      site.in_script || layout_->eager ? site.module : std::max<int32_t>(prepared->owner_module, 0);
   if (site.in_script && site.unknown_instance && prepared->owner_module >= 0 &&
       IsWithin(prepared->owner_module, site.module)) {
     // TorchScript could not name the submodule (a ModuleList iterated in a loop): the
@@ -640,7 +641,7 @@ int32_t Recorder::Save(const at::Tensor& tensor, const c10::TensorImpl* live) {
   }
   if (streaming_) return SaveStreamed(tensor, live);
   // Saved values never hold the user's autograd graph alive.
-  const int32_t slot = record_.AddSlot(tensor.requires_grad() ? tensor.detach() : tensor);
+  const int32_t slot = record_.AddSlot(tensor.requires_grad() ? DetachedAlias(tensor) : tensor);
   if (options_.max_saved_bytes >= 0) saved_bytes_ += static_cast<int64_t>(tensor.nbytes());
   if (tensor.has_storage()) {
     // NOTE [Saved values indexed when a write needs them].
@@ -724,6 +725,9 @@ ScriptSite Recorder::EagerSite() {
 bool Recorder::EnterModule(const void* module) {
   auto it = layout_->eager_module_ids.find(module);
   if (it == layout_->eager_module_ids.end()) return false;
+  // A module's forward calling its own forward again (`super().forward(x)` through a
+  // patched base class) continues the call it is in.
+  if (!open_calls_.empty() && open_calls_.back().module == it->second) return false;
   open_calls_.push_back(OpenCall{it->second, 0});
   return true;
 }

@@ -96,4 +96,12 @@ at::Tensor CopyOfSaved(const at::Tensor& saved) {
   return copy;
 }
 
+at::Tensor DetachedAlias(const at::Tensor& tensor) {
+  c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  c10::intrusive_ptr<c10::TensorImpl> alias = impl->shallow_copy_and_detach(
+      /*version_counter=*/impl->version_counter(), /*allow_tensor_metadata_change=*/false);
+  alias->set_autograd_meta(nullptr);
+  return at::Tensor(std::move(alias));
+}
+
 }  // namespace torchlens

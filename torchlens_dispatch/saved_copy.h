@@ -37,6 +37,14 @@ namespace torchlens {
 // it first.
 at::Tensor CopyOfSaved(const at::Tensor& saved);
 
+// `tensor.detach()` without a dispatcher call: a new TensorImpl on the same storage, with the
+// same geometry and version counter and no autograd metadata, as LibTorch's detach makes
+// (a non-differentiable alias, whose metadata cannot be changed). A saved value must not
+// hold the user's autograd graph alive, and with autograd on every op's output requires
+// grad: the dispatched detach allocated two TensorImpls and cost a capture most of what it
+// added per op.
+at::Tensor DetachedAlias(const at::Tensor& tensor);
+
 // `tensor.clone()`, except that a slice with gaps keeps its strides (NOTE [Saved copies
 // keep their strides]): for a copy a kernel reads right away, as replay's copies of the
 // arguments an op writes.

@@ -19,8 +19,7 @@ TEST(FusedMutatorsTest, PositionsComeFromTheRegisteredSchemas) {
     ASSERT_NE(mutator, nullptr);
     EXPECT_EQ(mutator->state_arguments[0], 3);
     EXPECT_EQ(mutator->state_arguments[1], 4);
-    EXPECT_EQ(mutator->update_flag_argument,
-              std::string(name) == "aten::instance_norm" ? -1 : 5);
+    EXPECT_EQ(mutator->update_flag_argument, std::string(name) == "aten::instance_norm" ? -1 : 5);
     EXPECT_TRUE(IsStateArgument(*mutator, 4));
     EXPECT_FALSE(IsStateArgument(*mutator, 0));
   }

@@ -117,11 +117,11 @@ struct TraceHandle {
       for (const SharedValue& value : handle->shared) {
         if (value.version.current_version() == value.seen) continue;
         Raise(error,
-              absl::StrCat(value.what, " was written in place after the capture (its version "
-                                       "went from ",
+              absl::StrCat(value.what,
+                           " was written in place after the capture (its version "
+                           "went from ",
                            value.seen, " to ", value.version.current_version(),
-                           "), so this trace no longer holds what was captured and cannot ",
-                           action,
+                           "), so this trace no longer holds what was captured and cannot ", action,
                            ". Clone values before writing them (t.clone()), or capture again "
                            "after the change (an optimizer step writes the parameters)"));
       }
@@ -189,29 +189,33 @@ class EagerCapture {
  public:
   EagerCapture(py::handle model, py::handle script_module_type, bool save,
                bool allow_unjournaled_writes)
-      : thread_(std::this_thread::get_id()) {
-    EagerModel described = ReadEagerModel(model, &modules_);
-    for (const EagerModel::Buffer& buffer : described.buffers) {
-      buffers_.emplace_back(py::reinterpret_borrow<py::object>(
-                                static_cast<PyObject*>(const_cast<void*>(buffer.owner))),
-                            buffer.name);
+      : thread_(std::this_thread::get_id()), reading_(ReadEagerModel(model, script_module_type)) {
+    // The forward may drop a module from the model: the capture keeps every module it
+    // scoped or reads buffers of alive until it ends.
+    held_.reserve(reading_->modules.size());
+    for (PyObject* module : reading_->modules) {
+      held_.push_back(py::reinterpret_borrow<py::object>(module));
     }
-    for (const EagerModel::Tensor& param : described.params) params_.push_back(param);
     CaptureOptions options;
     options.save_activations = save;
     options.allow_unjournaled_writes = allow_unjournaled_writes;
-    guard_ = std::make_unique<CaptureGuard>(described, std::move(options));
+    guard_ = std::make_unique<CaptureGuard>(reading_->model, std::move(options));
     if (!guard_->active()) {
       absl::Status why = guard_->Finish(c10::IValue()).status();
       guard_.reset();
       Raise(error, absl::StrCat("cannot capture: ", why.message()));
     }
-    OpenModuleScopes(modules_, script_module_type);
+    OpenModuleScopes(*reading_);
     scopes_open_ = true;
   }
   ~EagerCapture() {
-    if (scopes_open_) CloseModuleScopes(modules_);
+    if (scopes_open_) CloseModuleScopes(*reading_);
   }
+
+  // The classes whose `__setattr__` and `register_buffer` the capture patches (NOTE
+  // [Patched module classes] in torchlens_cpp/__init__.py): those of the modules that own
+  // buffers.
+  py::tuple buffer_classes() const { return reading_->buffer_classes; }
 
   void MarkInputs(const py::list& tensors) {
     CheckThread("mark inputs");
@@ -229,16 +233,16 @@ class EagerCapture {
     if (stopped_) return;
     CheckThread("end");
     stopped_ = true;
-    for (const auto& [module, name] : buffers_) {
+    for (const auto& [module, name] : reading_->buffers) {
       py::object buffers = py::getattr(module, "_buffers", py::none());
-      if (!py::isinstance<py::dict>(buffers)) continue;
+      if (!PyDict_Check(buffers.ptr())) continue;
       PyObject* value = PyDict_GetItemString(buffers.ptr(), name.c_str());  // borrowed
       if (value != nullptr && THPVariable_Check(value)) {
-        ReportBufferAssigned(module.ptr(), name, THPVariable_Unpack(value));
+        ReportBufferAssigned(module, name, THPVariable_Unpack(value));
       }
     }
     guard_->Stop();
-    CloseModuleScopes(modules_);
+    CloseModuleScopes(*reading_);
     scopes_open_ = false;
   }
 
@@ -279,16 +283,15 @@ class EagerCapture {
     for (size_t i = 0; i < outputs.size(); ++i) {
       handle->Share(outputs[i], absl::StrCat("output ", i + 1, " of the forward"));
     }
-    for (const EagerModel::Tensor& param : params_) {
+    for (const EagerModel::Tensor& param : reading_->model.params) {
       handle->Share(param.tensor, absl::StrCat("parameter '", param.address, "'"));
     }
     return handle;
   }
 
   std::thread::id thread_;
-  std::vector<py::object> modules_;
-  std::vector<std::pair<py::object, std::string>> buffers_;  // (module, name)
-  std::vector<EagerModel::Tensor> params_;
+  std::shared_ptr<EagerReading> reading_;
+  std::vector<py::object> held_;  // the reading's modules
   std::vector<at::Tensor> inputs_;
   std::unique_ptr<CaptureGuard> guard_;
   bool scopes_open_ = false;
@@ -437,8 +440,8 @@ PYBIND11_MODULE(_C, m) {
                                                      absl::StrCat("the final value of buffer '",
                                                                   r.buffer->address, "'"));
                              })
-      .def_property_readonly("versions",
-                             [](const BufferRef& r) { return OpRefs(r.handle, r.buffer->versions); })
+      .def_property_readonly(
+          "versions", [](const BufferRef& r) { return OpRefs(r.handle, r.buffer->versions); })
       .def_property_readonly("num_overwrites",
                              [](const BufferRef& r) { return r.buffer->num_overwrites; })
       .def_property_readonly("module_address",
@@ -452,8 +455,8 @@ PYBIND11_MODULE(_C, m) {
           [](const BufferRef& r, int n) {
             absl::StatusOr<at::Tensor> value = r.buffer->value_at(n);
             if (!value.ok()) Raise(PyExc_IndexError, std::string(value.status().message()));
-            return r.handle->Hand(*value, absl::StrCat("version ", n, " of buffer '",
-                                                       r.buffer->address, "'"));
+            return r.handle->Hand(
+                *value, absl::StrCat("version ", n, " of buffer '", r.buffer->address, "'"));
           },
           py::arg("n"), "The n-th observed version's value (1-based); IndexError outside.")
       .def(
@@ -461,8 +464,8 @@ PYBIND11_MODULE(_C, m) {
           [](const BufferRef& r, int n) {
             absl::StatusOr<at::Tensor> value = r.buffer->value_after(n);
             if (!value.ok()) Raise(PyExc_IndexError, std::string(value.status().message()));
-            return r.handle->Hand(*value, absl::StrCat("the value after write ", n,
-                                                       " of buffer '", r.buffer->address, "'"));
+            return r.handle->Hand(*value, absl::StrCat("the value after write ", n, " of buffer '",
+                                                       r.buffer->address, "'"));
           },
           py::arg("n"), "The value after the n-th write (1-based); IndexError outside.")
       .def("__repr__", [](const BufferRef& r) {
@@ -481,8 +484,7 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Param>(m, "Param", "A parameter of the model: its shape and module.")
       .def_readonly("address", &Param::address)
-      .def_property_readonly("shape",
-                             [](const Param& p) { return py::tuple(py::cast(p.shape)); })
+      .def_property_readonly("shape", [](const Param& p) { return py::tuple(py::cast(p.shape)); })
       .def_readonly("module_address", &Param::module_address)
       .def("__repr__", [](const Param& p) {
         return absl::StrCat("<Param ", p.address, " ", FormatShape(p.shape), ">");
@@ -548,7 +550,8 @@ PYBIND11_MODULE(_C, m) {
                              [](const Handle& h) { return OpRefs(h, h->trace.buffer_read_ops()); })
       .def_property_readonly("buffer_write_ops",
                              [](const Handle& h) { return OpRefs(h, h->trace.buffer_write_ops()); })
-      .def_property_readonly("input_labels", [](const Handle& h) { return h->trace.input_labels(); })
+      .def_property_readonly("input_labels",
+                             [](const Handle& h) { return h->trace.input_labels(); })
       .def_property_readonly("output_labels",
                              [](const Handle& h) { return h->trace.output_labels(); })
       .def_property(
@@ -626,8 +629,9 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("path"),
           "Writes the trace file the command-line tool writes with --save (torch.load reads it).")
-      .def("summary", [](const Handle& h) { return FormatSummary(h->trace); },
-           "The summary the command-line tool prints.")
+      .def(
+          "summary", [](const Handle& h) { return FormatSummary(h->trace); },
+          "The summary the command-line tool prints.")
       .def("__repr__", [](const Handle& h) {
         return absl::StrCat("<Trace: ", h->trace.ops().size(), " nodes, ",
                             h->trace.buffers().size(), " buffers",
@@ -636,6 +640,7 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<EagerCapture>(m, "_Capture")
       .def(py::init<py::handle, py::handle, bool, bool>())
+      .def("buffer_classes", &EagerCapture::buffer_classes)
       .def("mark_inputs", &EagerCapture::MarkInputs)
       .def("stop", &EagerCapture::Stop)
       .def("finish", &EagerCapture::Finish)

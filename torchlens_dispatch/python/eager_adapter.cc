@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "torchlens_dispatch/eager_scope.h"
 
 namespace py = pybind11;
@@ -17,78 +18,60 @@ namespace torchlens {
 namespace python {
 namespace {
 
+// NOTE [Eager readings reused]: PEP 509's version tag, which Python 3.11 keeps in every
+// dict (3.12 deprecates it; a build against a Python without it must check otherwise).
+static_assert(PY_VERSION_HEX < 0x030C0000, "dict version tags: see NOTE [Eager readings reused]");
+uint64_t Tag(PyObject* dict) { return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag; }
+
+PyObject* InstanceDict(PyObject* object) {
+  PyObject** dict = _PyObject_GetDictPtr(object);
+  return dict == nullptr ? nullptr : *dict;
+}
+
 std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-// The items of a module's `_parameters`, `_buffers` or `_modules` dict (empty when the
-// module has none, as a module whose __init__ never ran).
-py::dict DictAttribute(py::handle module, const char* name) {
-  py::object value = py::getattr(module, name, py::none());
-  return py::isinstance<py::dict>(value) ? py::reinterpret_borrow<py::dict>(value) : py::dict();
-}
-
-struct Walk {
-  EagerModel* model;
-  std::vector<py::object>* modules;
-  absl::flat_hash_set<PyObject*> seen_modules;
-  absl::flat_hash_set<PyObject*> seen_tensors;
-
-  void Visit(py::handle module, const std::string& address) {
-    modules->push_back(py::reinterpret_borrow<py::object>(module));
-    model->modules.push_back(EagerModel::Module{
-        address, py::str(py::type::handle_of(module).attr("__name__")), module.ptr()});
-    for (auto [name, value] : DictAttribute(module, "_parameters")) {
-      if (!THPVariable_Check(value.ptr()) || !seen_tensors.insert(value.ptr()).second) continue;
-      model->params.push_back(EagerModel::Tensor{Join(address, py::str(name)),
-                                                 THPVariable_Unpack(value.ptr())});
-    }
-    for (auto [name, value] : DictAttribute(module, "_buffers")) {
-      if (!THPVariable_Check(value.ptr()) || !seen_tensors.insert(value.ptr()).second) continue;
-      const std::string key = py::str(name);
-      model->buffers.push_back(EagerModel::Buffer{Join(address, key),
-                                                  THPVariable_Unpack(value.ptr()), module.ptr(),
-                                                  key});
-    }
-    // Plain tensor attributes (`self.scale = torch.tensor(2.0)`): constants named by their
-    // address when read.
-    if (PyObject** dict = _PyObject_GetDictPtr(module.ptr()); dict != nullptr && *dict != nullptr) {
-      for (auto [name, value] : py::reinterpret_borrow<py::dict>(*dict)) {
-        if (THPVariable_Check(value.ptr())) {
-          model->tensor_attributes.push_back(EagerModel::Tensor{Join(address, py::str(name)),
-                                                                THPVariable_Unpack(value.ptr())});
-        }
-      }
-    }
-    for (auto [name, child] : DictAttribute(module, "_modules")) {
-      if (child.is_none() || !seen_modules.insert(child.ptr()).second) continue;
-      Visit(child, Join(address, py::str(name)));
-    }
-  }
-};
-
-// NOTE [Eager module scopes]: a module's scoped forward.
+// NOTE [Eager module scopes]: a scoped forward. In a class (`module` null) it is the
+// class's forward function, bound to the instance as a function is; in an instance's dict
+// (`module` set) it wraps the callable the instance held there.
 struct ScopedForward {
-  PyObject_HEAD
-  PyObject* original;  // the callable `module.forward` gave before (a bound method)
-  const void* module;  // identity of the module, for EagerModuleScope
+  PyObject_HEAD PyObject* function;
+  PyObject* module;  // borrowed: the module holds this object while it is installed
   vectorcallfunc vectorcall;
 };
 
 PyObject* CallScoped(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<ScopedForward*>(callable);
-  EagerModuleScope scope(self->module);
-  return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+  PyObject* module = self->module;
+  if (module == nullptr) {
+    if (PyVectorcall_NARGS(nargsf) == 0) {  // called unbound without an instance
+      return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    }
+    module = args[0];
+  }
+  EagerModuleScope scope(module);
+  return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+}
+
+// In a class: `instance.forward` binds, as a function does.
+PyObject* BindScoped(PyObject* self, PyObject* instance, PyObject* /*owner*/) {
+  if (instance == nullptr || instance == Py_None ||
+      reinterpret_cast<ScopedForward*>(self)->module != nullptr) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, instance);
 }
 
 int Traverse(PyObject* object, visitproc visit, void* arg) {
-  Py_VISIT(reinterpret_cast<ScopedForward*>(object)->original);
+  Py_VISIT(reinterpret_cast<ScopedForward*>(object)->function);
   Py_VISIT(Py_TYPE(object));
   return 0;
 }
 
 int Clear(PyObject* object) {
-  Py_CLEAR(reinterpret_cast<ScopedForward*>(object)->original);
+  Py_CLEAR(reinterpret_cast<ScopedForward*>(object)->function);
   return 0;
 }
 
@@ -107,13 +90,14 @@ PyMemberDef scoped_forward_members[] = {
 
 PyType_Slot scoped_forward_slots[] = {
     {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_descr_get, reinterpret_cast<void*>(BindScoped)},
     {Py_tp_traverse, reinterpret_cast<void*>(Traverse)},
     {Py_tp_clear, reinterpret_cast<void*>(Clear)},
     {Py_tp_dealloc, reinterpret_cast<void*>(Dealloc)},
     {Py_tp_members, scoped_forward_members},
-    {Py_tp_doc, const_cast<char*>(
-                    "A module's forward while torchlens_cpp captures it: calls the module's own "
-                    "forward inside the module's scope (NOTE [Eager module scopes]).")},
+    {Py_tp_doc,
+     const_cast<char*>("A module's forward while torchlens_cpp captures it: calls the module's own "
+                       "forward inside the module's scope (NOTE [Eager module scopes]).")},
     {0, nullptr},
 };
 
@@ -121,21 +105,216 @@ PyType_Spec scoped_forward_spec = {
     "torchlens_cpp._C.ScopedForward",
     sizeof(ScopedForward),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    // A method descriptor: `self.forward(x)` calls it with self first, binding nothing.
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+        Py_TPFLAGS_METHOD_DESCRIPTOR,
     scoped_forward_slots,
 };
 
 PyTypeObject* scoped_forward_type = nullptr;
 
-// Per module with scoped forwards installed (the GIL guards it): how many captures use
-// them, and the `forward` the instance held itself before, if any (a new reference).
-struct Installed {
+PyObject* NewScopedForward(PyObject* function, PyObject* module) {
+  auto* scoped = PyObject_GC_New(ScopedForward, scoped_forward_type);
+  if (scoped == nullptr) throw py::error_already_set();
+  Py_INCREF(function);
+  scoped->function = function;
+  scoped->module = module;
+  scoped->vectorcall = CallScoped;
+  PyObject_GC_Track(scoped);
+  return reinterpret_cast<PyObject*>(scoped);
+}
+
+PyObject* ForwardName() {
+  static PyObject* name = PyUnicode_InternFromString("forward");
+  return name;
+}
+
+// The class's forward when it is a plain function, which a ScopedForward can stand in for
+// (borrowed), or null.
+PyObject* ClassForward(PyTypeObject* type) {
+  PyObject* function = _PyType_Lookup(type, ForwardName());
+  return function != nullptr && PyFunction_Check(function) ? function : nullptr;
+}
+
+// The dict a module holds under `name` (`_parameters`, ...), or null when it holds none or
+// something that is not a dict.
+PyObject* MemberDict(PyObject* dict, const char* name) {
+  if (dict == nullptr) return nullptr;
+  PyObject* member = PyDict_GetItemString(dict, name);  // borrowed
+  return member != nullptr && PyDict_Check(member) ? member : nullptr;
+}
+
+// NOTE [Eager module scopes]: the patches installed (the GIL guards them), by class and by
+// instance: how many captures use each, what they replaced (a new reference, or null for
+// an attribute the class inherited), and the scoped forward put there.
+struct Patch {
   int captures = 0;
-  PyObject* previous = nullptr;
+  PyObject* replaced = nullptr;
+  PyObject* scoped = nullptr;
 };
-absl::flat_hash_map<PyObject*, Installed>& InstalledScopes() {
-  static auto* installed = new absl::flat_hash_map<PyObject*, Installed>();
-  return *installed;
+absl::flat_hash_map<PyObject*, Patch>& Patches() {
+  static auto* patches = new absl::flat_hash_map<PyObject*, Patch>();
+  return *patches;
+}
+
+// Puts a scoped forward for `function` (called on `module` when set) as `owner.forward`
+// (`owner` a class, or an instance's dict), or counts one more capture of the one there.
+// Whether a scoped forward can stand in for `type`'s forward, or already does (another
+// capture's, still running).
+bool Scopable(PyTypeObject* type) {
+  return ClassForward(type) != nullptr || Patches().contains(reinterpret_cast<PyObject*>(type));
+}
+
+struct Walk {
+  EagerReading* reading;
+  py::handle script_module_type;
+  absl::flat_hash_set<PyObject*> seen_modules = {}, seen_params = {}, seen_buffers = {};
+  bool checkable = true;
+
+  void Visit(PyObject* module, const std::string& address) {
+    EagerModel& model = reading->model;
+    PyObject* dict = InstanceDict(module);
+    reading->modules.push_back(module);
+    if (PyObject_IsInstance(module, script_module_type.ptr()) != 1) {
+      PyObject* own = dict == nullptr ? nullptr : PyDict_GetItem(dict, ForwardName());
+      if (own != nullptr) {
+        if (Py_TYPE(own) != scoped_forward_type || Patches().contains(dict)) {
+          reading->own_forwards.push_back(module);
+        }
+      } else if (Scopable(Py_TYPE(module)) && scoped_classes.insert(Py_TYPE(module)).second) {
+        reading->scoped_classes.push_back(Py_TYPE(module));
+      }
+    }
+    model.modules.push_back(
+        EagerModel::Module{address, py::str(py::type::handle_of(module).attr("__name__")), module});
+    EagerReading::ModuleCheck check{module, Py_TYPE(module), dict, {}, {}};
+    const char* members[3] = {"_parameters", "_buffers", "_modules"};
+    for (int m = 0; m < 3; ++m) check.members[m] = MemberDict(dict, members[m]);
+    if (dict == nullptr || check.members[0] == nullptr || check.members[1] == nullptr ||
+        check.members[2] == nullptr) {
+      checkable = false;
+    } else {
+      check.tags[0] = Tag(dict);
+      for (int m = 0; m < 3; ++m) check.tags[m + 1] = Tag(check.members[m]);
+    }
+    reading->checks.push_back(check);
+    if (PyObject* params = check.members[0]) {
+      PyObject *name, *value;
+      for (Py_ssize_t pos = 0; PyDict_Next(params, &pos, &name, &value);) {
+        if (!THPVariable_Check(value) || !seen_params.insert(value).second) continue;
+        const at::Tensor& tensor = THPVariable_Unpack(value);
+        model.params.push_back(EagerModel::Tensor{Join(address, py::str(name)), tensor});
+        reading->param_checks.push_back(EagerReading::ParamCheck{
+            tensor.unsafeGetTensorImpl(),
+            tensor.has_storage() ? tensor.storage().unsafeGetStorageImpl() : nullptr,
+            tensor.storage_offset(), tensor.numel()});
+      }
+    }
+    bool owns_buffers = false;
+    if (PyObject* buffers = check.members[1]) {
+      PyObject *name, *value;
+      for (Py_ssize_t pos = 0; PyDict_Next(buffers, &pos, &name, &value);) {
+        if (!THPVariable_Check(value) || !seen_buffers.insert(value).second) continue;
+        const std::string key = py::str(name);
+        model.buffers.push_back(
+            EagerModel::Buffer{Join(address, key), THPVariable_Unpack(value), module, key});
+        reading->buffers.emplace_back(module, key);
+        owns_buffers = true;
+      }
+    }
+    if (owns_buffers) buffer_classes.insert(reinterpret_cast<PyObject*>(Py_TYPE(module)));
+    // Plain tensor attributes (`self.scale = torch.tensor(2.0)`): constants named by their
+    // address when read.
+    if (dict != nullptr) {
+      PyObject *name, *value;
+      for (Py_ssize_t pos = 0; PyDict_Next(dict, &pos, &name, &value);) {
+        if (THPVariable_Check(value)) {
+          model.tensor_attributes.push_back(
+              EagerModel::Tensor{Join(address, py::str(name)), THPVariable_Unpack(value)});
+        }
+      }
+    }
+    if (PyObject* children = check.members[2]) {
+      PyObject *name, *child;
+      for (Py_ssize_t pos = 0; PyDict_Next(children, &pos, &name, &child);) {
+        if (child == Py_None || !seen_modules.insert(child).second) continue;
+        Visit(child, Join(address, py::str(name)));
+      }
+    }
+  }
+  absl::flat_hash_set<PyObject*> buffer_classes;
+  absl::flat_hash_set<PyTypeObject*> scoped_classes;
+};
+
+bool StillValid(const EagerReading& reading) {
+  if (reading.checks.empty()) return false;
+  for (const EagerReading::ModuleCheck& check : reading.checks) {
+    // Pre-order: this module is still its parent's (or the root), so it is alive.
+    if (Py_TYPE(check.module) != check.type || InstanceDict(check.module) != check.dict ||
+        Tag(check.dict) != check.tags[0]) {
+      return false;
+    }
+    for (int m = 0; m < 3; ++m) {
+      if (Tag(check.members[m]) != check.tags[m + 1]) return false;
+    }
+  }
+  for (const EagerReading::ParamCheck& param : reading.param_checks) {
+    const c10::StorageImpl* storage =
+        param.tensor->has_storage() ? param.tensor->storage().unsafeGetStorageImpl() : nullptr;
+    if (storage != param.storage || param.tensor->storage_offset() != param.offset ||
+        param.tensor->numel() != param.numel) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// NOTE [Eager readings reused]: the readings kept, by root module; a weak reference's
+// callback forgets a root's when it dies.
+struct Kept {
+  py::object weakref;
+  std::shared_ptr<EagerReading> reading;
+};
+absl::flat_hash_map<PyObject*, Kept>& KeptReadings() {
+  static auto* kept = new absl::flat_hash_map<PyObject*, Kept>();
+  return *kept;
+}
+
+void Install(PyObject* owner, PyObject* function, PyObject* module, bool is_class) {
+  Patch& patch = Patches()[owner];
+  if (patch.captures++ > 0) return;
+  if (function == nullptr) {  // nothing to stand in for after all
+    Patches().erase(owner);
+    return;
+  }
+  patch.scoped = NewScopedForward(function, module);
+  patch.replaced =
+      is_class ? PyDict_GetItem(reinterpret_cast<PyTypeObject*>(owner)->tp_dict, ForwardName())
+               : PyDict_GetItem(owner, ForwardName());  // borrowed
+  Py_XINCREF(patch.replaced);
+  const int set = is_class ? PyObject_SetAttr(owner, ForwardName(), patch.scoped)
+                           : PyDict_SetItem(owner, ForwardName(), patch.scoped);
+  if (set != 0) PyErr_Clear();  // an immutable class: its modules get no scope
+}
+
+void Uninstall(PyObject* owner, bool is_class) {
+  auto it = Patches().find(owner);
+  if (it == Patches().end() || --it->second.captures > 0) return;
+  const Patch patch = it->second;
+  Patches().erase(it);
+  PyObject* dict = is_class ? reinterpret_cast<PyTypeObject*>(owner)->tp_dict : owner;
+  // A forward the model's code put there during the capture stays.
+  if (PyDict_GetItem(dict, ForwardName()) == patch.scoped) {
+    if (patch.replaced != nullptr) {
+      is_class ? PyObject_SetAttr(owner, ForwardName(), patch.replaced)
+               : PyDict_SetItem(owner, ForwardName(), patch.replaced);
+    } else {
+      is_class ? PyObject_DelAttr(owner, ForwardName()) : PyDict_DelItem(owner, ForwardName());
+    }
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  Py_XDECREF(patch.replaced);
+  Py_DECREF(patch.scoped);
 }
 
 }  // namespace
@@ -145,67 +324,58 @@ bool InitScopedForwardType() {
   return scoped_forward_type != nullptr;
 }
 
-EagerModel ReadEagerModel(py::handle model, std::vector<py::object>* modules) {
-  EagerModel described;
-  Walk walk{&described, modules, {}, {}};
-  walk.seen_modules.insert(model.ptr());
-  walk.Visit(model, "");
-  described.training = py::bool_(py::getattr(model, "training", py::bool_(false)));
-  return described;
+std::shared_ptr<EagerReading> ReadEagerModel(py::handle model, py::handle script_module_type) {
+  absl::flat_hash_map<PyObject*, Kept>& kept = KeptReadings();
+  auto found = kept.find(model.ptr());
+  std::shared_ptr<EagerReading> reading;
+  if (found != kept.end() && StillValid(*found->second.reading)) {
+    reading = found->second.reading;
+  } else {
+    reading = std::make_shared<EagerReading>();
+    Walk walk{reading.get(), script_module_type};
+    walk.seen_modules.insert(model.ptr());
+    walk.Visit(model.ptr(), "");
+    if (!walk.checkable) reading->checks.clear();
+    py::tuple classes(walk.buffer_classes.size());
+    size_t i = 0;
+    for (PyObject* cls : walk.buffer_classes)
+      classes[i++] = py::reinterpret_borrow<py::object>(cls);
+    reading->buffer_classes = std::move(classes);
+    reading->model.layout = LayoutOf(reading->model);
+    if (found != kept.end()) {
+      found->second.reading = reading;
+    } else if (!reading->checks.empty()) {
+      PyObject* root = model.ptr();
+      py::object weakref = py::reinterpret_steal<py::object>(PyWeakref_NewRef(
+          root, py::cpp_function([root](py::handle) { KeptReadings().erase(root); }).ptr()));
+      if (!weakref) {
+        PyErr_Clear();  // a root that takes no weak reference is read every time
+      } else {
+        kept.emplace(root, Kept{std::move(weakref), reading});
+      }
+    }
+  }
+  reading->model.training = py::bool_(py::getattr(model, "training", py::bool_(false)));
+  return reading;
 }
 
-void OpenModuleScopes(const std::vector<py::object>& modules, py::handle script_module_type) {
-  for (const py::object& module : modules) {
-    if (PyObject_IsInstance(module.ptr(), script_module_type.ptr()) == 1) continue;
-    PyObject** dict = _PyObject_GetDictPtr(module.ptr());
-    if (dict == nullptr || *dict == nullptr) continue;
-    Installed& installed = InstalledScopes()[module.ptr()];
-    if (installed.captures++ > 0) continue;
-    PyObject* original = PyObject_GetAttrString(module.ptr(), "forward");
-    if (original == nullptr) {
-      PyErr_Clear();
-      continue;
+void OpenModuleScopes(const EagerReading& reading) {
+  for (PyTypeObject* type : reading.scoped_classes) {
+    Install(reinterpret_cast<PyObject*>(type), ClassForward(type), nullptr, true);
+  }
+  for (PyObject* module : reading.own_forwards) {
+    if (PyObject* dict = InstanceDict(module)) {
+      Install(dict, PyDict_GetItem(dict, ForwardName()), module, false);
     }
-    installed.previous = PyDict_GetItemString(*dict, "forward");  // borrowed
-    Py_XINCREF(installed.previous);
-    auto* scoped = PyObject_GC_New(ScopedForward, scoped_forward_type);
-    if (scoped == nullptr) {
-      Py_DECREF(original);
-      throw py::error_already_set();
-    }
-    scoped->original = original;
-    scoped->module = module.ptr();
-    scoped->vectorcall = CallScoped;
-    PyObject_GC_Track(scoped);
-    const int set = PyDict_SetItemString(*dict, "forward", reinterpret_cast<PyObject*>(scoped));
-    Py_DECREF(scoped);
-    if (set != 0) throw py::error_already_set();
   }
 }
 
-void CloseModuleScopes(const std::vector<py::object>& modules) {
-  absl::flat_hash_map<PyObject*, Installed>& all = InstalledScopes();
-  for (const py::object& module : modules) {
-    auto it = all.find(module.ptr());
-    if (it == all.end() || --it->second.captures > 0) continue;
-    PyObject* previous = it->second.previous;
-    all.erase(it);
-    PyObject** dict = _PyObject_GetDictPtr(module.ptr());
-    if (dict == nullptr || *dict == nullptr) {
-      Py_XDECREF(previous);
-      continue;
-    }
-    PyObject* current = PyDict_GetItemString(*dict, "forward");  // borrowed
-    // A forward the model's code put there during the capture stays.
-    if (current != nullptr && Py_TYPE(current) == scoped_forward_type) {
-      if (previous != nullptr) {
-        PyDict_SetItemString(*dict, "forward", previous);
-      } else {
-        PyDict_DelItemString(*dict, "forward");
-      }
-    }
-    Py_XDECREF(previous);
-    if (PyErr_Occurred()) PyErr_Clear();
+void CloseModuleScopes(const EagerReading& reading) {
+  for (PyTypeObject* type : reading.scoped_classes) {
+    Uninstall(reinterpret_cast<PyObject*>(type), true);
+  }
+  for (PyObject* module : reading.own_forwards) {
+    if (PyObject* dict = InstanceDict(module)) Uninstall(dict, false);
   }
 }
 

@@ -49,7 +49,8 @@ __all__ = [
 _active = threading.local()
 # NOTE [Patched module classes]
 # `self.h = t` on a module stores the tensor in `self._buffers` without dispatching
-# anything. While a capture runs, the classes of the model's modules get a `__setattr__`
+# anything. While a capture runs, the classes of the model's modules that own buffers (no
+# other module's assignment can change one of the model's buffers) get a `__setattr__`
 # and a `register_buffer` that call the class's own and then tell the capture on this
 # thread what the buffer slot holds now; the capture turns a new tensor into a kReassign
 # version (and ignores the report when the slot holds the tensor it already knows, so a
@@ -164,8 +165,9 @@ class capture:
                         "outer capture first, or capture on another thread")
         self._native = _C._Capture(self._model, torch.jit.ScriptModule, self._save,
                                    self._allow_unjournaled_writes)
-        self._classes = tuple({type(m) for m in self._model.modules()})
-        _patch(self._classes)
+        self._classes = self._native.buffer_classes()
+        if self._classes:
+            _patch(self._classes)
         _active.capture = self
         return self
 
@@ -178,7 +180,8 @@ class capture:
             try:
                 self._native.stop()
             finally:
-                _unpatch(self._classes)
+                if self._classes:
+                    _unpatch(self._classes)
                 self._classes = ()
 
     def __exit__(self, kind, value, traceback):
