@@ -45,8 +45,11 @@ __all__ = [
     "load", "trace",
 ]
 
-# The capture running on each thread (a patched __setattr__ reports to it).
-_active = threading.local()
+class _Active(threading.local):
+    capture = None  # the capture running on this thread (a patched __setattr__ reports to it)
+
+
+_active = _Active()
 # NOTE [Patched module classes]
 # `self.h = t` on a module stores the tensor in `self._buffers` without dispatching
 # anything. While a capture runs, the classes of the model's modules that own buffers (no
@@ -66,7 +69,7 @@ _ABSENT = object()
 def _reporting(original):
     def __setattr__(self, name, value):
         original(self, name, value)
-        if getattr(_active, "capture", None) is not None:
+        if _active.capture is not None:
             _C._buffer_assigned(self, name, value)
 
     return __setattr__
@@ -75,7 +78,7 @@ def _reporting(original):
 def _reporting_register(original):
     def register_buffer(self, name, tensor, *args, **kwargs):
         original(self, name, tensor, *args, **kwargs)
-        if getattr(_active, "capture", None) is not None:
+        if _active.capture is not None:
             _C._buffer_assigned(self, name, tensor)
 
     return register_buffer
@@ -160,7 +163,7 @@ class capture:
     def __enter__(self):
         if self._native is not None or self.trace is not None:
             raise Error("this capture was already used; create a new tl.capture to capture again")
-        if getattr(_active, "capture", None) is not None:
+        if _active.capture is not None:
             raise Error("this thread is already capturing (captures do not nest); finish the "
                         "outer capture first, or capture on another thread")
         self._native = _C._Capture(self._model, torch.jit.ScriptModule, self._save,
@@ -175,7 +178,7 @@ class capture:
         self._native.mark_inputs(_tensors(kwargs, _tensors(args, [])))
 
     def _stop(self):
-        if getattr(_active, "capture", None) is self:
+        if _active.capture is self:
             _active.capture = None
             try:
                 self._native.stop()
@@ -213,6 +216,7 @@ class capture:
             self.trace = self._native.finish(_tensors(outputs, []))
         finally:
             self._native = None
+        self.trace.output = outputs
         return self.trace
 
 
@@ -230,6 +234,4 @@ def trace(model, args, kwargs=None, *, save=True, allow_unjournaled_writes=False
     with cap:
         cap._mark_inputs(args, kwargs)
         output = model(*args, **kwargs)
-    result = cap.finish(output)
-    result.output = output
-    return result
+    return cap.finish(output)
