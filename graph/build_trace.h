@@ -7,17 +7,12 @@
 #ifndef TORCHLENS_GRAPH_BUILD_TRACE_H_
 #define TORCHLENS_GRAPH_BUILD_TRACE_H_
 
-#include <string>
-
 #include "graph/capture_record.h"
 #include "graph/trace.h"
 
 namespace torchlens {
 
 Trace BuildTrace(CaptureRecord record);
-
-// "add_" for aten::add_, "conv2d" for aten::conv2d, "and" for aten::__and__.
-std::string OpTypeName(const c10::OperatorName& name);
 
 }  // namespace torchlens
 

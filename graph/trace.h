@@ -12,7 +12,7 @@
 //   * ops:     "{type}_{type_index}_{step_index}:{pass}", e.g. "conv2d_1_1:1". `type_index`
 //              counts layers of that type and `step_index` all layers, both from 1 in order
 //              of first execution; `pass` counts executions of the same layer (see
-//              "Layers and passes" in README.md).
+//              "Layers and passes" in graph/TRACE.md).
 //   * buffers: "buffer_{n}:{version}", n numbering buffers in order of first appearance.
 //   * inputs and outputs: "input_{n}", "output_{n}".
 //
@@ -52,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/shared_vector.h"
+#include "torchlens_dispatch/ops/tensor_geometry.h"
 
 namespace torchlens {
 
@@ -79,13 +80,6 @@ struct ArgSource {
 };
 
 absl::string_view ArgSourceKindName(ArgSource::Kind kind);  // "node", "param", ...
-
-// Where a tensor lies in its storage, in elements.
-struct TensorGeometry {
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
-  int64_t storage_offset = 0;
-};
 
 // A tensor that an op changed by writing another tensor on the same storage: the base of
 // a view the op wrote (`x[0].add_(1)` changes `x`), a view whose base it wrote, or a

@@ -45,7 +45,7 @@ namespace {
 // offset 0. That is numel's bytes for a dense value, fewer for an expanded one (one row of
 // `x.expand(512, 256)`), and more for a slice with gaps, which is written so only when the
 // span is at most 4 times the elements or 1 MiB (NOTE [Saved copies keep their strides] in
-// torchlens_dispatch/saved_copy.h, the same rule): a column of a large matrix is written
+// torchlens_dispatch/ops/saved_copy.h, the same rule): a column of a large matrix is written
 // dense.
 
 // The elements a value spans in its storage from its first one.

@@ -12,8 +12,8 @@
 #include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
-#include "torchlens_dispatch/saved_copy.h"
-#include "torchlens_dispatch/storage_ranges.h"
+#include "torchlens_dispatch/ops/saved_copy.h"
+#include "torchlens_dispatch/ops/storage_ranges.h"
 
 namespace torchlens {
 namespace {

@@ -16,15 +16,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "graph/build_trace.h"
 #include "graph/label.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/exemptions.h"
 #include "torchlens_dispatch/ops/inplace_view.h"
+#include "torchlens_dispatch/ops/op_names.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
-#include "torchlens_dispatch/saved_copy.h"
+#include "torchlens_dispatch/ops/saved_copy.h"
 #include "torchlens_dispatch/testing.h"
 #include "torchlens_dispatch/write_watch.h"
 

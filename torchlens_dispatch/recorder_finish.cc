@@ -10,7 +10,7 @@
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/recorder.h"
-#include "torchlens_dispatch/saved_copy.h"
+#include "torchlens_dispatch/ops/saved_copy.h"
 
 namespace torchlens {
 

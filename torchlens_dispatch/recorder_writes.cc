@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "torchlens_dispatch/recorder.h"
-#include "torchlens_dispatch/saved_copy.h"
-#include "torchlens_dispatch/storage_ranges.h"
+#include "torchlens_dispatch/ops/saved_copy.h"
+#include "torchlens_dispatch/ops/storage_ranges.h"
 
 namespace torchlens {
 

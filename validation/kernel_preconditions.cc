@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "torchlens_dispatch/storage_ranges.h"
+#include "torchlens_dispatch/ops/storage_ranges.h"
 
 namespace torchlens {
 namespace {

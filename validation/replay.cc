@@ -27,8 +27,8 @@
 #include "torchlens_dispatch/ops/inplace_view.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/randomness.h"
-#include "torchlens_dispatch/saved_copy.h"
-#include "torchlens_dispatch/storage_ranges.h"
+#include "torchlens_dispatch/ops/saved_copy.h"
+#include "torchlens_dispatch/ops/storage_ranges.h"
 #include "validation/kernel_preconditions.h"
 
 namespace torchlens {

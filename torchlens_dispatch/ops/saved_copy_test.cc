@@ -1,4 +1,4 @@
-#include "torchlens_dispatch/saved_copy.h"
+#include "torchlens_dispatch/ops/saved_copy.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -24,8 +24,8 @@
 // is still copied dense). A tensor
 // whose elements overlap (an expanded one) cannot be written with its own strides and is
 // cloned.
-#ifndef TORCHLENS_DISPATCH_SAVED_COPY_H_
-#define TORCHLENS_DISPATCH_SAVED_COPY_H_
+#ifndef TORCHLENS_DISPATCH_OPS_SAVED_COPY_H_
+#define TORCHLENS_DISPATCH_OPS_SAVED_COPY_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -52,4 +52,4 @@ at::Tensor StridedCopy(const at::Tensor& tensor);
 
 }  // namespace torchlens
 
-#endif  // TORCHLENS_DISPATCH_SAVED_COPY_H_
+#endif  // TORCHLENS_DISPATCH_OPS_SAVED_COPY_H_

@@ -1,7 +1,7 @@
 // Where tensors lie in their storage: what attributes a write to the tensors and buffers
 // sharing those bytes (NOTE [Writes through views] and NOTE [Buffer writes] in recorder.h).
-#ifndef TORCHLENS_DISPATCH_STORAGE_RANGES_H_
-#define TORCHLENS_DISPATCH_STORAGE_RANGES_H_
+#ifndef TORCHLENS_DISPATCH_OPS_STORAGE_RANGES_H_
+#define TORCHLENS_DISPATCH_OPS_STORAGE_RANGES_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "graph/trace.h"
+#include "torchlens_dispatch/ops/tensor_geometry.h"
 
 namespace torchlens {
 
@@ -80,4 +80,4 @@ inline bool SamePlace(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace torchlens
 
-#endif  // TORCHLENS_DISPATCH_STORAGE_RANGES_H_
+#endif  // TORCHLENS_DISPATCH_OPS_STORAGE_RANGES_H_
