@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
-#include "torchlens_dispatch/recorder.h"
 #include "torchlens_dispatch/ops/saved_copy.h"
+#include "torchlens_dispatch/recorder.h"
 
 namespace torchlens {
 

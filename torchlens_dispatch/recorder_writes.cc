@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "torchlens_dispatch/recorder.h"
 #include "torchlens_dispatch/ops/saved_copy.h"
 #include "torchlens_dispatch/ops/storage_ranges.h"
+#include "torchlens_dispatch/recorder.h"
 
 namespace torchlens {
 
