@@ -303,7 +303,7 @@ TEST(ValidateTest, ProductWithAZeroMaskIsExempt) {
   EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
 }
 
-// NOTE [Data-dependent exemptions] in validate.cc.
+// NOTE [Data-dependent exemptions] in torchlens_dispatch/ops/exemptions.h.
 ValidationReport CaptureAndValidate(torch::nn::Module& net,
                                     const std::function<torch::Tensor()>& forward) {
   CaptureGuard guard(net);
