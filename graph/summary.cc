@@ -56,20 +56,31 @@ std::string FormatShape(c10::IntArrayRef shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+namespace {
+
+// "1 op", "2 ops".
+std::string Counted(int64_t count, absl::string_view singular, absl::string_view plural) {
+  return absl::StrCat(count, " ", count == 1 ? singular : plural);
+}
+
+}  // namespace
+
 std::string FormatSummary(const Trace& trace) {
   std::string out;
   int compute = 0;
   for (const Op& op : trace.ops()) compute += op.is_compute() ? 1 : 0;
-  absl::StrAppend(&out, "Ops: ", trace.ops().size(), " nodes (", compute, " ops, ",
-                  trace.buffer_read_ops().size() + trace.buffer_write_ops().size(),
-                  " buffer versions), ", trace.training() ? "training" : "eval", " mode\n");
+  const int64_t versions = trace.buffer_read_ops().size() + trace.buffer_write_ops().size();
+  absl::StrAppend(&out, "Ops: ", Counted(trace.ops().size(), "node", "nodes"), " (",
+                  Counted(compute, "op", "ops"), ", ",
+                  Counted(versions, "buffer version", "buffer versions"), "), ",
+                  trace.training() ? "training" : "eval", " mode\n");
   if (trace.partial()) absl::StrAppend(&out, "Partial trace: ", trace.partial_reason(), "\n");
   int unsaved = 0;
   for (const Op& op : trace.ops())
     unsaved += trace.has_saved_values() && op.is_compute() && !op.saved();
   if (unsaved > 0) {
-    absl::StrAppend(&out, "Values saved for ", compute - unsaved, " of ", compute,
-                    " ops (selective saving or the memory budget)\n");
+    absl::StrAppend(&out, "Values saved for ", compute - unsaved, " of ",
+                    Counted(compute, "op", "ops"), " (selective saving or the memory budget)\n");
   }
   // TorchScript traces say where each op is in the model's code, and which `if` branches
   // it ran in (SourcePosition); other traces have no such column.
@@ -105,7 +116,8 @@ std::string FormatSummary(const Trace& trace) {
     for (int64_t d : param.shape) count *= d;
     if (__builtin_add_overflow(values, count, &values)) values = INT64_MAX;
   }
-  absl::StrAppend(&out, "\nParameters: ", trace.params().size(), " (", values, " values)\n");
+  absl::StrAppend(&out, "\nParameters: ", trace.params().size(), " (",
+                  Counted(values, "value", "values"), ")\n");
   Table params;
   params.Add({"address", "shape", "module"});
   for (const auto& [address, param] : trace.params()) {

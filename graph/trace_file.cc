@@ -23,6 +23,7 @@
 #include "graph/file_io.h"
 #include "graph/op_fields.h"
 #include "graph/torch_load.h"
+#include "graph/zip_archive.h"
 
 namespace torchlens {
 namespace {
@@ -561,6 +562,13 @@ absl::Status CheckModuleAddresses(const TraceParts& parts) {
 absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> owner) {
   absl::StatusOr<c10::IValue> loaded = LoadPickledInPlace(bytes, std::move(owner));
   if (!loaded.ok()) {
+    // A model archive (torch.jit.save) holds its code and constants beside its pickle.
+    if (absl::StatusOr<ZipArchive> zip = ZipArchive::Open(bytes);
+        zip.ok() && zip->Find("constants.pkl") != nullptr) {
+      return absl::InvalidArgumentError(
+          "a TorchScript model archive (torch.jit.save), not a trace file: load it as a model "
+          "(torch::jit::load; the command-line tool's --model)");
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("not a readable trace file: ", loaded.status().message()));
   }

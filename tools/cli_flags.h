@@ -16,10 +16,12 @@ namespace torchlens {
 struct EditFlag {
   std::string label;
   double value = 0.0;
+  std::string text;  // the value as given: an integer node takes it exactly (int64 beyond 2^53)
 };
 
 struct CliOptions {
   bool help = false;
+  bool version = false;
   std::string model;  // empty: the bundled demo model
   std::vector<std::vector<int64_t>> input_shapes;
   std::string input_file;
