@@ -65,6 +65,10 @@ std::string Counted(int64_t count, absl::string_view singular, absl::string_view
 
 }  // namespace
 
+std::string NodeName(const Op& op) {
+  return op.is_buffer ? absl::StrCat(op.address, ":", op.buffer_pass) : op.label;
+}
+
 std::string FormatSummary(const Trace& trace) {
   std::string out;
   int compute = 0;
@@ -90,16 +94,22 @@ std::string FormatSummary(const Trace& trace) {
   std::vector<std::string> header = {"label", "type", "shape", "dtype", "module", "parents"};
   if (has_positions) header.insert(header.end() - 1, "source");
   ops.Add(std::move(header));
+  // Buffer versions by address and version, as pictures and TorchLens name them
+  // ("calls:2"); their labels ("buffer_1:2") are accepted by Trace::Find too.
+  const auto name_of = [&trace](const std::string& label) {
+    const int index = trace.IndexOfLabel(label);
+    return index < 0 ? label : NodeName(trace.ops()[index]);
+  };
   for (const Op& op : trace.ops()) {
     std::string type = op.type;
     if (op.is_buffer) {
-      type =
-          absl::StrCat("buffer ", op.address, " (",
-                       op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read", ")");
+      type = absl::StrCat(
+          "buffer (", op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read", ")");
     }
-    std::vector<std::string> parents = op.parents;
+    std::vector<std::string> parents;
+    for (const std::string& parent : op.parents) parents.push_back(name_of(parent));
     for (const std::string& param : op.parent_params) parents.push_back(param);
-    std::vector<std::string> row = {op.label,
+    std::vector<std::string> row = {NodeName(op),
                                     type,
                                     FormatShape(op.tensor_shape),
                                     op.tensor_dtype,

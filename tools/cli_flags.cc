@@ -26,12 +26,15 @@ const char kUsage[] =
     "                 [--chrome_trace FILE.json] [--save_modules M,... --save_types T,...\n"
     "                 --save_labels L,...] [--halt_after M|LABEL] [--stop_at_non_finite]\n"
     "                 [--max_saved_bytes N [--partial_on_budget]] [-h | --help] [--version]\n"
+    "       torchlens --describe [--model FILE.pt]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
     "buffers. Without --model it traces the demo model bundled with the binary (its\n"
     "runfiles' testdata/demo.pt, never one in the current directory). Each flag may be\n"
     "given once (--edit repeats); a flag's value may not be empty.\n"
     "  --model FILE        TorchScript archive saved with torch.jit.save\n"
+    "  --describe          print the model's forward (its arguments and their types),\n"
+    "                      modules, parameters and buffers without running it\n"
     "  --input_shape S     random normal inputs of these shapes (';' between inputs)\n"
     "  --input FILE        inputs saved from Python with torch.save (a tensor or a\n"
     "                      list/tuple of tensors)\n"
@@ -148,6 +151,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   flags.Switch("help", &options.help);
   flags.Switch("h", &options.help);
   flags.Switch("version", &options.version);
+  flags.Switch("describe", &options.describe);
   flags.Switch("no_save", &no_save);
   flags.Switch("validate", &options.validate);
   flags.Switch("hash", &options.hash);
@@ -222,6 +226,21 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   });
   if (absl::Status parsed = flags.Parse(args); !parsed.ok()) return parsed;
   options.save_activations = !no_save;
+  if (options.describe) {
+    // It runs nothing: a flag about running, answering or writing a trace would be ignored.
+    std::vector<std::string> given;
+    for (const std::string& flag : flags.GivenNames()) {
+      if (flag != "describe" && flag != "model" && flag != "summary") {
+        given.push_back(absl::StrCat("--", flag));
+      }
+    }
+    if (!given.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--describe prints the model without running it and takes --model and --summary "
+          "only, not ",
+          absl::StrJoin(given, ", ")));
+    }
+  }
   // Flags that only say how to draw: ignored without a picture, so refused.
   std::vector<std::string> render_flags_given;
   for (const char* flag : {"show_buffers", "render_depth", "rolled"}) {

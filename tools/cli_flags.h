@@ -22,7 +22,8 @@ struct EditFlag {
 struct CliOptions {
   bool help = false;
   bool version = false;
-  std::string model;  // empty: the bundled demo model
+  bool describe = false;  // print the model's forward, modules, parameters, buffers; run nothing
+  std::string model;      // empty: the bundled demo model
   std::vector<std::vector<int64_t>> input_shapes;
   std::string input_file;
   bool train = false;

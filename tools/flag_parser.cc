@@ -140,6 +140,12 @@ absl::Status FlagParser::Parse(absl::Span<const std::string> args) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> FlagParser::GivenNames() const {
+  std::vector<std::string> names(given_.begin(), given_.end());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::string FlagParser::ClosestName(absl::string_view name) const {
   // The declared flag fewest single-character edits away, when it is at most two edits or
   // a third of the name's length away (a typo, not another word); ties go to the first in

@@ -54,6 +54,8 @@ class FlagParser {
   absl::Status Parse(int argc, char** argv);
   // Whether the last Parse met flag `name` (a flag with a default is told from one given).
   bool Given(absl::string_view name) const { return given_.contains(name); }
+  // The flags the last Parse met, in alphabetical order.
+  std::vector<std::string> GivenNames() const;
 
  private:
   struct Flag {

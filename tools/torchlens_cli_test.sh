@@ -23,13 +23,23 @@ for expected in "conv2d_1_2:1" " stem " "block1.conv" "block2.bn.running_mean" "
     "head.weight" "[1, 10]" "Parameters:" "Buffers:"; do
   grep -qF -- "$expected" "$TEST_TMPDIR/summary" || fail "bundled summary lacks '$expected'"
 done
-grep -qE "buffer calls \(inplace\)" "$TEST_TMPDIR/summary" || fail "bundled summary lacks the calls write"
+grep -qE "^  calls:2 +buffer \(inplace\) +\[1\] +Float .* add__1_1:1$" "$TEST_TMPDIR/summary" || fail "bundled summary lacks the calls write"
+# Buffer versions by address (calls:1), as pictures and TorchLens name them; the labels
+# (buffer_1:1) are accepted by every flag that takes a node, with the same result.
+grep -qE "^  add__1_1:1 .* calls:1$" "$TEST_TMPDIR/summary" || fail "add_'s parent is not named calls:1"
+grep -q "buffer_1:" "$TEST_TMPDIR/summary" && fail "the summary names a buffer version by its label"
+"$TOOL" --edit calls:1=5 >"$TEST_TMPDIR/by_address.txt" 2>&1 || fail "--edit calls:1 failed"
+"$TOOL" --edit buffer_1:1=5 >"$TEST_TMPDIR/by_label.txt" 2>&1 || fail "--edit buffer_1:1 failed"
+grep -qF "buffer calls:2 (buffer_1:2): changed (max abs change 5) [1] -> [6]" "$TEST_TMPDIR/by_address.txt" ||
+  fail "--edit calls:1=5: $(grep -A2 Intervention "$TEST_TMPDIR/by_address.txt")"
+diff <(sed -n '/^Intervention/,$p' "$TEST_TMPDIR/by_address.txt") <(sed -n '/^Intervention/,$p' "$TEST_TMPDIR/by_label.txt") >/dev/null ||
+  fail "--edit by address and by label differ"
 
 # The user's model with an input file and a summary file; train mode.
 "$TOOL" --model testdata/demo.pt --input testdata/demo_input.pt --mode=train \
     --summary "$TEST_TMPDIR/s.txt" 2>"$TEST_TMPDIR/err" || fail "--input run failed: $(cat "$TEST_TMPDIR/err")"
 grep -q "training mode" "$TEST_TMPDIR/s.txt" || fail "--summary file lacks 'training mode'"
-grep -qE "buffer block1.bn.running_mean \(fused\)" "$TEST_TMPDIR/s.txt" || fail "train run lacks the fused write"
+grep -qE "^  block1.bn.running_mean:2 +buffer \(fused\)" "$TEST_TMPDIR/s.txt" || fail "train run lacks the fused write"
 
 # --validate: the verdict, in train mode too (fused running-stat transitions).
 "$TOOL" --validate --mode train >"$TEST_TMPDIR/v.txt" 2>"$TEST_TMPDIR/err" || fail "--validate failed: $(cat "$TEST_TMPDIR/err")"
@@ -288,7 +298,7 @@ expect_error "partial without budget" "--partial_on_budget needs --max_saved_byt
 # costs nothing else that was asked: the summary, the trace file and the verdict are
 # there, then the one error line and exit code 2.
 rm -f "$TEST_TMPDIR/typo.pt"
-expect_error "edit typo" "--edit counter:9=7: label \"counter:9\" not found; closest: .*(everything else asked was done)" \
+expect_error "edit typo" "--edit counter:9=7: label \"counter:9\" not found; closest: calls:1, calls:2, .*(everything else asked was done)" \
   --edit counter:9=7 --save "$TEST_TMPDIR/typo.pt" --validate --module fc2
 grep -q "^Validation: PASSED" "$TEST_TMPDIR/out" || fail "edit typo: no validation verdict"
 grep -qF "conv2d_1_2:1" "$TEST_TMPDIR/out" || fail "edit typo: no summary"
@@ -356,6 +366,41 @@ expect_error "model archive as a trace" "'testdata/demo.pt': a TorchScript model
   --trace testdata/demo.pt
 "$TOOL" --stream_to "$TEST_TMPDIR/streamed.pt" >"$TEST_TMPDIR/stream.txt" 2>&1 || fail "--stream_to failed"
 grep -qx "Trace file written to $TEST_TMPDIR/streamed.pt during the capture" "$TEST_TMPDIR/stream.txt" || fail "--stream_to: no written line"
+
+# What input a model wants: the forward's signature in the missing-inputs error, and
+# --describe, which prints it with the modules, parameters and buffers, running nothing.
+cat >"$TEST_TMPDIR/two_args.py" <<'PY'
+import sys
+from typing import Optional, Tuple
+import torch
+
+class TwoArgs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor, h: Optional[torch.Tensor] = None,
+                scale: float = 1.0) -> Tuple[torch.Tensor, int]:
+        return self.fc(x) * scale, 2
+
+torch.jit.script(TwoArgs().train()).save(sys.argv[1])
+PY
+/usr/bin/python3 "$TEST_TMPDIR/two_args.py" "$TEST_TMPDIR/two_args.pt" || fail "writing two_args.pt failed"
+expect_error "missing inputs" "give the model's inputs with --input_shape .* its forward is forward(x: Tensor, h: Optional\[Tensor\] = ..., scale: float = ...) -> Tuple\[Tensor, int\]" \
+  --model "$TEST_TMPDIR/two_args.pt"
+"$TOOL" --describe --model "$TEST_TMPDIR/two_args.pt" >"$TEST_TMPDIR/describe.txt" 2>"$TEST_TMPDIR/err" ||
+  fail "--describe failed: $(cat "$TEST_TMPDIR/err")"
+for expected in "Forward: forward(x: Tensor, h: Optional[Tensor] = ..., scale: float = ...) -> Tuple[Tensor, int]" \
+    "Saved in training mode; captures run in eval mode unless --mode train says otherwise" \
+    "Modules: 2" "Parameters: 2 (8 values)" "Buffers: 1"; do
+  grep -qxF -- "$expected" "$TEST_TMPDIR/describe.txt" || fail "--describe lacks '$expected': $(cat "$TEST_TMPDIR/describe.txt")"
+done
+grep -qE "^  fc\.weight +\[2, 3\] +Float$" "$TEST_TMPDIR/describe.txt" || fail "--describe lacks fc.weight"
+grep -qE "^  steps +\[\] +Long$" "$TEST_TMPDIR/describe.txt" || fail "--describe lacks the buffer"
+grep -qE "^  fc +Linear$" "$TEST_TMPDIR/describe.txt" || fail "--describe lacks the module fc"
+expect_error "describe runs nothing" "--describe prints the model without running it and takes --model and --summary only, not --validate" \
+  --describe --validate
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"

@@ -152,6 +152,79 @@ struct Subject {
   std::optional<Trace> second_model;
 };
 
+// "forward(x: Tensor, h: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]": the
+// arguments after self, with their TorchScript types, and what it returns.
+std::string ForwardSignature(const torch::jit::Module& model) {
+  const c10::optional<torch::jit::Method> forward = model.find_method("forward");
+  if (!forward.has_value()) return "missing (the model has no forward method)";
+  const c10::FunctionSchema& schema = forward->function().getSchema();
+  std::vector<std::string> arguments;
+  for (size_t i = 1; i < schema.arguments().size(); ++i) {
+    const c10::Argument& argument = schema.arguments()[i];
+    arguments.push_back(absl::StrCat(argument.name(), ": ", argument.type()->annotation_str(),
+                                     argument.default_value().has_value() ? " = ..." : ""));
+  }
+  std::vector<std::string> returns;
+  for (const c10::Argument& value : schema.returns()) {
+    returns.push_back(value.type()->annotation_str());
+  }
+  return absl::StrCat(
+      "forward(", absl::StrJoin(arguments, ", "), ") -> ",
+      returns.size() == 1 ? returns[0] : absl::StrCat("(", absl::StrJoin(returns, ", "), ")"));
+}
+
+// --describe: the model as loaded, without running it: its forward's signature, modules,
+// parameters and buffers.
+std::string DescribeModel(const torch::jit::Module& model, const std::string& path) {
+  const auto type_name = [](const torch::jit::Module& module) {
+    const c10::optional<c10::QualifiedName>& name = module.type()->name();
+    return name.has_value() ? name->name() : std::string("-");
+  };
+  std::string out =
+      absl::StrCat("torchlens model ", path, "\n\nForward: ", ForwardSignature(model),
+                   "\nSaved in ", model.is_training() ? "training" : "eval",
+                   " mode; captures run in eval mode unless --mode train says otherwise\n");
+  std::vector<std::vector<std::string>> modules = {{"address", "type"}};
+  for (const torch::jit::NameModule& module : model.named_modules()) {
+    modules.push_back({module.name.empty() ? "-" : module.name, type_name(module.value)});
+  }
+  std::vector<std::vector<std::string>> params = {{"address", "shape", "dtype"}};
+  int64_t values = 0;
+  for (const torch::jit::NameTensor& param : model.named_parameters()) {
+    params.push_back({param.name, absl::StrCat("[", absl::StrJoin(param.value.sizes(), ", "), "]"),
+                      c10::toString(param.value.scalar_type())});
+    values += param.value.numel();
+  }
+  std::vector<std::vector<std::string>> buffers = {{"address", "shape", "dtype"}};
+  for (const torch::jit::NameTensor& buffer : model.named_buffers()) {
+    buffers.push_back({buffer.name,
+                       absl::StrCat("[", absl::StrJoin(buffer.value.sizes(), ", "), "]"),
+                       c10::toString(buffer.value.scalar_type())});
+  }
+  const auto table = [&out](const std::vector<std::vector<std::string>>& rows) {
+    std::vector<size_t> widths(rows[0].size(), 0);
+    for (const auto& row : rows) {
+      for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+    }
+    for (const auto& row : rows) {
+      std::string line = " ";
+      for (size_t c = 0; c < row.size(); ++c) {
+        absl::StrAppend(&line, " ", row[c],
+                        c + 1 < row.size() ? std::string(widths[c] - row[c].size() + 1, ' ') : "");
+      }
+      absl::StrAppend(&out, line, "\n");
+    }
+  };
+  absl::StrAppend(&out, "\nModules: ", modules.size() - 1, "\n");
+  table(modules);
+  absl::StrAppend(&out, "\nParameters: ", params.size() - 1, " (", Count(values, "value", "values"),
+                  ")\n");
+  if (params.size() > 1) table(params);
+  absl::StrAppend(&out, "\nBuffers: ", buffers.size() - 1, "\n");
+  if (buffers.size() > 1) table(buffers);
+  return out;
+}
+
 // --halt_after's key for the capture: a module address, or an op label. A label without
 // its pass ("relu_1_5", as --edit and Trace::Find take it) means its first pass.
 std::string HaltKey(const torch::jit::Module& model, const std::string& key) {
@@ -191,7 +264,9 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
     if (shapes.empty()) {
       if (!bundled) {
         return absl::InvalidArgumentError(
-            "give the model's inputs with --input_shape (e.g. 1,3,224,224) or --input FILE");
+            absl::StrCat("give the model's inputs with --input_shape (e.g. 1,3,224,224) or "
+                         "--input FILE; its forward is ",
+                         ForwardSignature(*model)));
       }
       shapes.push_back(kBundledInputShape);
     }
@@ -242,6 +317,17 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     return WriteStdout(absl::StrCat("torchlens: trace files version ", kTraceFileVersion,
                                     ", JSON schema version ", kJsonSchemaVersion, ", LibTorch ",
                                     TORCH_VERSION, "\n"));
+  }
+  if (options->describe) {
+    const std::string path = options->model.empty() ? std::string() : UserPath(options->model);
+    absl::StatusOr<std::string> model_path = path.empty() ? BundledModelPath() : path;
+    if (!model_path.ok()) return model_path.status();
+    absl::StatusOr<torch::jit::Module> model = LoadTorchScript(*model_path);
+    if (!model.ok()) return model.status();
+    const std::string described = DescribeModel(*model, *model_path);
+    return options->summary_file.empty()
+               ? WriteStdout(described)
+               : WriteFileBytes(UserPath(options->summary_file), described, "--summary file");
   }
   absl::StatusOr<Subject> subject;
   if (!options->trace_file.empty()) {
