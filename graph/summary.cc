@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -41,10 +42,11 @@ class Table {
 std::string ModuleColumn(const std::string& address) { return address.empty() ? "-" : address; }
 
 // "linear.py:114", then each branch it ran in: "model.py:20 (then of :14)".
-std::string SourceColumn(const Op& op) {
+std::string SourceColumn(const Op& op, bool library_branches) {
   if (op.source_position == nullptr) return "-";
   std::string column = FormatSourcePosition(*op.source_position, /*short_file=*/true);
   for (const BranchTaken& branch : op.source_position->branches) {
+    if (!library_branches && LibraryFile(branch.file)) continue;
     absl::StrAppend(&column, " (", branch.then ? "then" : "else", " of :", branch.line, ")");
   }
   return column;
@@ -69,7 +71,11 @@ std::string NodeName(const Op& op) {
   return op.is_buffer ? absl::StrCat(op.address, ":", op.buffer_pass) : op.label;
 }
 
-std::string FormatSummary(const Trace& trace) {
+bool LibraryFile(absl::string_view file) {
+  return absl::StrContains(file, "/site-packages/") || absl::StrContains(file, "/dist-packages/");
+}
+
+std::string FormatSummary(const Trace& trace, bool library_branches) {
   std::string out;
   int compute = 0;
   for (const Op& op : trace.ops()) compute += op.is_compute() ? 1 : 0;
@@ -115,7 +121,7 @@ std::string FormatSummary(const Trace& trace) {
                                     op.tensor_dtype,
                                     ModuleColumn(op.module_address),
                                     absl::StrJoin(parents, ", ")};
-    if (has_positions) row.insert(row.end() - 1, SourceColumn(op));
+    if (has_positions) row.insert(row.end() - 1, SourceColumn(op, library_branches));
     ops.Add(std::move(row));
   }
   absl::StrAppend(&out, ops.Render("  "));

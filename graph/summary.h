@@ -9,11 +9,18 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "graph/trace.h"
 
 namespace torchlens {
 
-std::string FormatSummary(const Trace& trace);
+// `library_branches`: also the `if` branches inside installed libraries' code (PyTorch's
+// functional.py), which the source column leaves out by default (LibraryFile).
+std::string FormatSummary(const Trace& trace, bool library_branches = false);
+
+// Whether a source file is an installed library's (PyTorch's own Python code, anything
+// under a site-packages or dist-packages folder) rather than the model's.
+bool LibraryFile(absl::string_view file);
 
 // The name the summary gives a node: "ADDRESS:VERSION" for a buffer version, the label
 // otherwise.

@@ -112,6 +112,11 @@ def main(trace_path, json_path, svg_path, fields_path):
     nodes = [g for g in svg.getElementsByTagName("g") if g.getAttribute("class") == "node"]
     hidden = [op for op in trace["ops"] if op["is_buffer"] and
               op["address"].rsplit(".", 1)[-1] in ("running_mean", "running_var", "num_batches_tracked")]
+    # ... and the ops that only update them: training's num_batches_tracked.add_(1).
+    hidden_labels = {op["label"] for op in hidden}
+    hidden += [op for op in trace["ops"] if not op["is_buffer"] and op["children"] and op["parents"] and
+               set(op["parents"]) <= hidden_labels and set(op["children"]) <= hidden_labels]
+    assert sum(op["type"] == "add_" for op in hidden) == 2, [op["label"] for op in hidden]
     assert len(nodes) == len(trace["ops"]) - len(hidden), (len(nodes), len(trace["ops"]), len(hidden))
     print("python read", len(labels), "nodes,", len(buffers), "buffers: OK")
 

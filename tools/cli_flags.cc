@@ -20,6 +20,7 @@ const char kUsage[] =
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
     "                 [--validate] [--edit LABEL=VALUE ...] [--render FILE.svg|png|pdf]\n"
     "                 [--show_buffers never|meaningful|always] [--render_depth N] [--rolled]\n"
+    "                 [--library_branches]\n"
     "                 [--json FILE] [--save FILE | --stream_to FILE]\n"
     "                 [--compare TRACE | --compare_model FILE.pt] [--hash] [--non_finite]\n"
     "                 [--module M,...]\n"
@@ -52,11 +53,15 @@ const char kUsage[] =
     "  --render FILE       draw the graph (SVG, PNG or PDF by extension)\n"
     "  --show_buffers S    with --render, buffers drawn: never, meaningful (default:\n"
     "                      hides BatchNorm's running_mean, running_var and\n"
-    "                      num_batches_tracked) or always\n"
+    "                      num_batches_tracked, and the add_ that counts batches in\n"
+    "                      training) or always\n"
     "  --render_depth N    with --render, draw each module N levels deep as one box per\n"
     "                      call (its op count on it); 0 (default) draws every module open\n"
     "  --rolled            with --render, draw each layer's passes (and each box's calls)\n"
-    "                      once\n"
+    "                      once; a buffer's versions once, with its reads and writes\n"
+    "  --library_branches  also show the if branches inside libraries' code (PyTorch's\n"
+    "                      functional.py), in the summary and the picture; by default\n"
+    "                      only the model's own\n"
     "  --json FILE         write the trace's metadata as JSON\n"
     "  --save FILE         write a trace file (torch.load reads it in Python)\n"
     "  --stream_to FILE    write the trace file during the capture: each value goes to\n"
@@ -184,6 +189,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   });
   flags.Int("render_depth", &options.render_depth, 0);
   flags.Switch("rolled", &options.rolled);
+  flags.Switch("library_branches", &options.library_branches);
   flags.Value("show_buffers", [&](absl::string_view v) {
     if (v != "never" && v != "meaningful" && v != "always") {
       return absl::InvalidArgumentError(

@@ -37,6 +37,7 @@ struct CliOptions {
   std::string show_buffers = "meaningful";  // never | meaningful | always
   int render_depth = 0;                     // RenderOptions::max_module_depth
   bool rolled = false;                      // RenderOptions::rolled
+  bool library_branches = false;            // also the branches inside libraries' code
   std::string json_file;
   std::string save_file;
   std::string stream_file;           // --stream_to: CaptureOptions::trace_file

@@ -402,6 +402,24 @@ grep -qE "^  fc +Linear$" "$TEST_TMPDIR/describe.txt" || fail "--describe lacks 
 expect_error "describe runs nothing" "--describe prints the model without running it and takes --model and --summary only, not --validate" \
   --describe --validate
 
+# Pictures and verdicts that do not mislead. A halted forward's last values are cut off,
+# not dead; a rolled buffer keeps its writes; meaningful hides BatchNorm's batch counter
+# with its add_; PyTorch's own branches only on request.
+"$TOOL" --halt_after block1 --validate >"$TEST_TMPDIR/halt_v.txt" 2>&1 || fail "--halt_after --validate: $(cat "$TEST_TMPDIR/halt_v.txt")"
+grep -q "^  not reached (the halt cut off what reads them; checked, not dead): .*relu_1_5:1" "$TEST_TMPDIR/halt_v.txt" ||
+  fail "--halt_after --validate: $(sed -n '/^Validation/,$p' "$TEST_TMPDIR/halt_v.txt")"
+grep -q "^  dead " "$TEST_TMPDIR/halt_v.txt" && fail "--halt_after --validate calls cut-off nodes dead"
+"$TOOL" --model testdata/counter_cell.pt --input_shape 1,4 --rolled --render "$TEST_TMPDIR/cc.svg" >/dev/null 2>&1 || fail "rolled counter_cell"
+grep -qF ">read, 3 writes (inplace) [4]<" "$TEST_TMPDIR/cc.svg" || fail "rolled buffer lost its writes: $(grep -A2 '>b<' "$TEST_TMPDIR/cc.svg")"
+"$TOOL" --mode train --render "$TEST_TMPDIR/train.svg" >"$TEST_TMPDIR/train.txt" 2>&1 || fail "train render"
+grep -qF ">add_ []<" "$TEST_TMPDIR/train.svg" && fail "meaningful draws num_batches_tracked's add_"
+grep -qF "of if at batchnorm.py" "$TEST_TMPDIR/train.svg" && fail "the picture shows BatchNorm's internal branch"
+grep -qE "^  log_softmax_1_15:1 .* functional.py:[0-9]+ +linear_1_14:1$" "$TEST_TMPDIR/train.txt" ||
+  fail "the summary shows functional.py's branch: $(grep log_softmax "$TEST_TMPDIR/train.txt")"
+"$TOOL" --mode train --library_branches >"$TEST_TMPDIR/lib.txt" 2>&1 || fail "--library_branches"
+grep -qE "^  log_softmax_1_15:1 .* functional.py:[0-9]+ \(then of :[0-9]+\)" "$TEST_TMPDIR/lib.txt" ||
+  fail "--library_branches: $(grep log_softmax "$TEST_TMPDIR/lib.txt")"
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1

@@ -353,9 +353,9 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     reference_name = options->compare_trace;
   }
 
-  std::string summary =
-      absl::StrCat(options->trace_file.empty() ? "torchlens trace of " : "torchlens trace file ",
-                   subject->name, "\n\n", InFlagTerms(FormatSummary(*trace)));
+  std::string summary = absl::StrCat(
+      options->trace_file.empty() ? "torchlens trace of " : "torchlens trace file ", subject->name,
+      "\n\n", InFlagTerms(FormatSummary(*trace, options->library_branches)));
   // Flags whose values only the trace can check (--edit and --module names, --compare's
   // file): a mistake in one costs nothing else that was asked. Everything else is done and
   // written, then the mistakes are the one error line.
@@ -376,6 +376,11 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     if (!report->dead.empty()) {
       absl::StrAppend(&summary, "  dead (computed, never used; checked, not failures): ",
                       absl::StrJoin(report->dead, ", "), "\n");
+    }
+    if (!report->cut_off.empty()) {
+      absl::StrAppend(&summary,
+                      "  not reached (the halt cut off what reads them; checked, not dead): ",
+                      absl::StrJoin(report->cut_off, ", "), "\n");
     }
     for (const std::string& line : report->unproved) {
       absl::StrAppend(&summary, "  unproved: ", line, "\n");
@@ -439,6 +444,7 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
                                                               : ShowBuffers::kMeaningful;
     render.max_module_depth = options->render_depth;
     render.rolled = options->rolled;
+    render.library_branches = options->library_branches;
     return RenderToFile(*trace, path, render);
   });
   output(options->json_file, "JSON",

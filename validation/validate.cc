@@ -153,6 +153,7 @@ class Validator {
     report.state_transition_only = Ordered(&state_transition_only_);
     report.not_checked = Ordered(&not_checked_);
     for (int index : DeadNodes(trace_)) report.dead.push_back(trace_.ops()[index].label);
+    for (int index : CutOffNodes(trace_)) report.cut_off.push_back(trace_.ops()[index].label);
     report.ops_checked = ops_checked_;
     report.perturbations_checked = perturbations_checked_;
     report.passed = report.failures.empty();
@@ -719,6 +720,7 @@ std::string ValidationReportToJson(const ValidationReport& report) {
   json["perturbations_checked"] = report.perturbations_checked;
   json["unproved"] = report.unproved;
   json["not_checked"] = report.not_checked;
+  json["cut_off"] = report.cut_off;
   // Labels read from a file may not be UTF-8: replaced (U+FFFD), never thrown.
   return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
