@@ -420,6 +420,14 @@ grep -qE "^  log_softmax_1_15:1 .* functional.py:[0-9]+ +linear_1_14:1$" "$TEST_
 grep -qE "^  log_softmax_1_15:1 .* functional.py:[0-9]+ \(then of :[0-9]+\)" "$TEST_TMPDIR/lib.txt" ||
   fail "--library_branches: $(grep log_softmax "$TEST_TMPDIR/lib.txt")"
 
+# --save_labels takes a layer without its pass too: every pass of it (call_twice runs
+# linear_1_1 twice around a relu).
+"$TOOL" --model testdata/call_twice.pt --input_shape 1,3 --save_labels linear_1_1 --validate >"$TEST_TMPDIR/sl.txt" 2>&1 ||
+  fail "--save_labels linear_1_1: $(cat "$TEST_TMPDIR/sl.txt")"
+grep -qx "Values saved for 2 of 3 ops (selective saving or the memory budget)" "$TEST_TMPDIR/sl.txt" ||
+  fail "--save_labels linear_1_1: $(grep 'Values saved' "$TEST_TMPDIR/sl.txt")"
+grep -qx "  not checked (nothing saved to re-run them): relu_1_2:1" "$TEST_TMPDIR/sl.txt" || fail "--save_labels linear_1_1: not checked"
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1

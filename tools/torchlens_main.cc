@@ -11,8 +11,8 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -43,10 +43,8 @@
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/large_stack.h"
 #include "torchlens_dispatch/load_model.h"
-#include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
-#include "validation/intervene.h"
 #include "validation/validate.h"
 
 namespace torchlens {
@@ -278,7 +276,22 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
   capture.time_ops = !options.chrome_trace.empty();
   capture.save_modules = options.save_modules;
   capture.save_types = options.save_types;
-  capture.save_labels = options.save_labels;
+  // A label without its pass ("relu_1_5") selects every pass of its layer.
+  std::vector<std::string> layers;  // "relu_1_5:"
+  for (const std::string& label : options.save_labels) {
+    if (label.find(':') == std::string::npos) {
+      layers.push_back(absl::StrCat(label, ":"));
+    } else {
+      capture.save_labels.push_back(label);
+    }
+  }
+  if (!layers.empty()) {
+    capture.save_if = [layers](const OpQuery& op) {
+      return std::any_of(layers.begin(), layers.end(), [&](const std::string& layer) {
+        return op.label.substr(0, layer.size()) == layer;
+      });
+    };
+  }
   capture.halt_after = HaltKey(*model, options.halt_after);
   capture.stop_at_non_finite = options.stop_at_non_finite;
   capture.max_saved_bytes = options.max_saved_bytes;
