@@ -150,7 +150,7 @@ struct Subject {
   std::optional<Trace> second_model;
 };
 
-// "forward(x: Tensor, h: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]": the
+// "forward(x: Tensor, h: Optional[Tensor] = ...) -> Tuple[Tensor, Tensor]": the
 // arguments after self, with their TorchScript types, and what it returns.
 std::string ForwardSignature(const torch::jit::Module& model) {
   const c10::optional<torch::jit::Method> forward = model.find_method("forward");
