@@ -44,6 +44,8 @@ bool CompareValues(const at::Tensor& a, const at::Tensor& b, const CompareOption
         node->max_rel_diff,
         (safe.masked_select(nonzero) / y.abs().masked_select(nonzero)).max().item<double>());
   }
+  // A difference from a zero is infinitely large relative to it, never "0".
+  if ((~nonzero & (safe > 0)).any().item<bool>()) node->max_rel_diff = INFINITY;
   return (same | (safe <= options.atol + options.rtol * y.abs())).all().item<bool>();
 }
 

@@ -36,7 +36,7 @@ struct NodeComparison {
   std::vector<std::string> differences;  // structural, one line each ("shape [2] vs [3]")
   bool values_compared = false;          // both saved, same shape
   double max_abs_diff = 0.0;             // over every output; infinity for NaN vs a number
-  double max_rel_diff = 0.0;             // |a - b| / |b|, where b is not zero
+  double max_rel_diff = 0.0;             // |a - b| / |b|; infinity where b is zero and a is not
   bool diverged = false;
 };
 

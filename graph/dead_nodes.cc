@@ -1,8 +1,12 @@
 #include "graph/dead_nodes.h"
 
-namespace torchlens {
+#include "absl/strings/match.h"
 
-std::vector<int> DeadNodes(const Trace& trace) {
+namespace torchlens {
+namespace {
+
+// Nodes no sink (an output, a buffer write, an op whose result leaves the graph) reads.
+std::vector<int> Unread(const Trace& trace) {
   const std::vector<Op>& ops = trace.ops();
   std::vector<bool> reached(ops.size(), false);
   std::vector<int> frontier;
@@ -30,6 +34,20 @@ std::vector<int> DeadNodes(const Trace& trace) {
     if (!reached[i] && !ops[i].is_input()) dead.push_back(static_cast<int>(i));
   }
   return dead;
+}
+
+}  // namespace
+
+bool HaltedForward(const Trace& trace) {
+  return trace.partial() && absl::StartsWith(trace.partial_reason(), "the forward was halted");
+}
+
+std::vector<int> DeadNodes(const Trace& trace) {
+  return HaltedForward(trace) ? std::vector<int>() : Unread(trace);
+}
+
+std::vector<int> CutOffNodes(const Trace& trace) {
+  return HaltedForward(trace) ? Unread(trace) : std::vector<int>();
 }
 
 }  // namespace torchlens

@@ -103,8 +103,15 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
     entry["address"] = address;
     entry["module_address"] = buffer.module_address;
     Json& versions = entry["versions"] = Json::array();
-    for (const Op* version : buffer.versions) versions.push_back(version->label);
+    Json write_kinds = Json::array();
+    for (const Op* version : buffer.versions) {
+      versions.push_back(version->label);
+      if (version->buffer_write_kind.has_value()) {
+        write_kinds.push_back(std::string(WriteKindName(*version->buffer_write_kind)));
+      }
+    }
     entry["num_overwrites"] = buffer.num_overwrites;
+    entry["write_kinds"] = std::move(write_kinds);
     entry["same_tensor_as"] = buffer.same_tensor_as;
     entry["shares_storage_with"] = buffer.shares_storage_with;
     entry["shape"] =

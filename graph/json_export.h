@@ -20,6 +20,7 @@
 //                                  "branches": [ {"file", "line", "text",
 //                                                 "taken": "then"|"else"} ]}} ],
 //     "buffers": [ {"address", "module_address", "versions": [label], "num_overwrites",
+//                   "write_kinds": ["inplace"|"reassign"|"fused", one per write],
 //                   "same_tensor_as": [address], "shares_storage_with": [address],
 //                   "shape": [int], "dtype"} ],
 //     "modules": [ {"address", "type_name", "buffers": [address], "params": [address]} ],

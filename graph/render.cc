@@ -73,8 +73,22 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
   for (int index : DeadNodes(trace)) dead[index] = true;
   // A dead node's readers are dead too, so hiding dead nodes never hides a parent of a
   // node that is drawn.
+  // An op that only reads and writes hidden bookkeeping (BatchNorm's
+  // `num_batches_tracked.add_(1)` in training) is hidden with it: drawn, it would float
+  // unconnected.
+  const auto hidden_bookkeeping = [&](const Op& op) {
+    if (options.show_buffers == ShowBuffers::kAlways || !op.is_compute() ||
+        op.child_indices.empty()) {
+      return false;
+    }
+    const auto hidden_buffer = [&](int32_t index) {
+      return index >= 0 && ops[index].is_buffer && !BufferShown(ops[index], options.show_buffers);
+    };
+    return std::all_of(op.parent_indices.begin(), op.parent_indices.end(), hidden_buffer) &&
+           std::all_of(op.child_indices.begin(), op.child_indices.end(), hidden_buffer);
+  };
   auto shown = [&](const Op& op) {
-    return BufferShown(op, options.show_buffers) &&
+    return BufferShown(op, options.show_buffers) && !hidden_bookkeeping(op) &&
            (options.show_dead || !dead[static_cast<size_t>(&op - ops.data())]);
   };
 
@@ -105,6 +119,20 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
   for (const RenderGroup& group : grouping.groups) {
     if (group.kind == RenderGroup::Kind::kModule) {
       calls_of[group.name] = std::max(calls_of[group.name], group.call);
+    }
+  }
+  // Each rolled buffer node's versions: whether one is a read, and the writes' kinds, so
+  // that a buffer written on every pass says so rather than what its first version was.
+  std::map<int, std::pair<bool, std::vector<WriteKind>>> versions_of_group;
+  if (options.rolled) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!ops[i].is_buffer) continue;
+      auto& [read, writes] = versions_of_group[grouping.group_of[i]];
+      if (ops[i].buffer_write_kind.has_value()) {
+        writes.push_back(*ops[i].buffer_write_kind);
+      } else {
+        read = true;
+      }
     }
   }
   std::vector<bool> drawn(grouping.groups.size(), false);
@@ -151,6 +179,7 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
         code.push_back(absl::StrCat(FormatSourcePosition(position), ": ", position.text));
         // Which branches ran: why two requests' traces differ.
         for (const BranchTaken& branch : position.branches) {
+          if (!options.library_branches && LibraryFile(branch.file)) continue;
           const std::string where =
               FormatSourcePosition(SourcePosition{branch.file, branch.line}, /*short_file=*/true);
           absl::StrAppend(&text, "\n", branch.then ? "then" : "else", " of if at ", where);
@@ -178,6 +207,7 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
         link(parent, i, "");
         continue;
       }
+      if (!from.is_buffer) continue;  // hidden bookkeeping op: its buffers are listed
       hidden.push_back(absl::StrCat(from.address, ":", from.buffer_pass));
       // Keep the data flow through a hidden written version visible.
       for (int32_t writer : from.parent_indices) {
@@ -205,11 +235,26 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
       code.clear();
       const size_t dot = group.name.rfind('.');
       cluster = dot == std::string::npos ? std::string() : group.name.substr(0, dot);
+    } else if (group.kind == RenderGroup::Kind::kLayer && group.passes > 1 && op.is_buffer) {
+      // A rolled buffer: its versions' reads and writes, not its first version's kind.
+      const auto& [read, writes] = versions_of_group[group_index];
+      std::vector<std::string> kinds;
+      for (const WriteKind kind : writes) {
+        const std::string name(WriteKindName(kind));
+        if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) kinds.push_back(name);
+      }
+      std::vector<std::string> what;
+      if (read) what.push_back("read");
+      if (!writes.empty()) {
+        what.push_back(absl::StrCat(writes.size(), writes.size() == 1 ? " write (" : " writes (",
+                                    absl::StrJoin(kinds, ", "), ")"));
+      }
+      text = absl::StrCat(op.address, "\n", absl::StrJoin(what, ", "), " ",
+                          FormatShape(op.tensor_shape), "\n", group.passes, " versions");
     } else if (group.kind == RenderGroup::Kind::kLayer && group.passes > 1) {
       // The first line names the layer, not one pass of it.
-      text = absl::StrCat(op.is_buffer ? op.address : group.name,
-                          text.substr(std::min(text.find('\n'), text.size())), "\n", group.passes,
-                          op.is_buffer ? " versions" : " passes");
+      text = absl::StrCat(group.name, text.substr(std::min(text.find('\n'), text.size())), "\n",
+                          group.passes, " passes");
     }
     if (!hidden.empty()) {
       attributes.push_back("peripheries=2");

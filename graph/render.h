@@ -8,8 +8,9 @@
 // that would frame a single node and no submodule is not framed: its node names it). Buffer
 // version nodes are `shape=cylinder`, labelled `address:version` with their write kind.
 // `ShowBuffers::kMeaningful` (the default) hides BatchNorm/InstanceNorm bookkeeping
-// (`running_mean`, `running_var`, `num_batches_tracked`), `kAlways` shows every buffer,
-// `kNever` hides all. An op that reads hidden buffer versions gets `peripheries=2` and a
+// (`running_mean`, `running_var`, `num_batches_tracked`) and the ops that only update it
+// (training's `num_batches_tracked.add_(1)`), `kAlways` shows every buffer, `kNever` hides
+// all. An op that reads hidden buffer versions gets `peripheries=2` and a
 // tooltip "Hidden buffers: ..."; a hidden version written by one op and read by another
 // becomes a dashed edge between them, so the data flow stays visible. Constants (tensor
 // attributes and other tensors from outside the capture, graph/trace.h) are grey notes.
@@ -37,6 +38,10 @@ struct RenderOptions {
   // Draw the passes of each layer once (labelled with their count), and each collapsed
   // module's calls as one box.
   bool rolled = false;
+  // Also label ops with the `if` branches inside installed libraries' code (PyTorch's
+  // functional.py, BatchNorm's forward); by default only the model's own (LibraryFile in
+  // graph/summary.h).
+  bool library_branches = false;
 };
 
 std::string RenderDot(const Trace& trace, RenderOptions options = {});

@@ -181,5 +181,39 @@ TEST(RenderTest, RolledViewDrawsEachLayerOnceWithItsPasses) {
   EXPECT_THAT(one_box, HasSubstr("cell (Cell)\\n6 ops, 3 calls"));
 }
 
+// A rolled buffer says what its versions are: counter_cell reads b, then writes it in
+// place on each of its three passes.
+TEST(RenderTest, RolledBufferKeepsItsWrites) {
+  const Trace trace = Capture("counter_cell");
+  RenderOptions rolled;
+  rolled.rolled = true;
+  const std::string dot = RenderDot(trace, rolled);
+  EXPECT_THAT(dot, HasSubstr("label=\"b\\nread, 3 writes (inplace) [4]\\n4 versions\""));
+  EXPECT_THAT(dot, Not(HasSubstr("label=\"b\\nread [4]")));
+}
+
+// In training BatchNorm counts batches with num_batches_tracked.add_(1): meaningful hides
+// that add_ with the counter it updates, instead of drawing it unconnected.
+TEST(RenderTest, MeaningfulHidesTheBatchCounterUpdate) {
+  const Trace trace = Capture("bn2d_train");
+  const std::string meaningful = RenderDot(trace);
+  EXPECT_THAT(meaningful, Not(HasSubstr("\\nadd_ []")));
+  EXPECT_EQ(Count(meaningful, "shape=cylinder"), 0);
+  const std::string always = RenderDot(trace, RenderOptions{ShowBuffers::kAlways});
+  EXPECT_EQ(Count(always, "\\nadd_ []"), 1);
+  EXPECT_THAT(always, HasSubstr("bn.num_batches_tracked:2\\ninplace"));
+}
+
+// The branches inside PyTorch's own code (BatchNorm's `if self.training`) label ops only
+// on request; a model's own branches always do.
+TEST(RenderTest, LibraryBranchesOnRequest) {
+  const Trace trace = Capture("bn2d_train");
+  RenderOptions always{ShowBuffers::kAlways};
+  EXPECT_THAT(RenderDot(trace, always), Not(HasSubstr("of if at batchnorm.py")));
+  always.library_branches = true;
+  EXPECT_THAT(RenderDot(trace, always), HasSubstr("of if at batchnorm.py"));
+  EXPECT_THAT(RenderDot(Capture("branchy")), HasSubstr("of if at gen_testdata.py"));
+}
+
 }  // namespace
 }  // namespace torchlens

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -41,10 +42,11 @@ class Table {
 std::string ModuleColumn(const std::string& address) { return address.empty() ? "-" : address; }
 
 // "linear.py:114", then each branch it ran in: "model.py:20 (then of :14)".
-std::string SourceColumn(const Op& op) {
+std::string SourceColumn(const Op& op, bool library_branches) {
   if (op.source_position == nullptr) return "-";
   std::string column = FormatSourcePosition(*op.source_position, /*short_file=*/true);
   for (const BranchTaken& branch : op.source_position->branches) {
+    if (!library_branches && LibraryFile(branch.file)) continue;
     absl::StrAppend(&column, " (", branch.then ? "then" : "else", " of :", branch.line, ")");
   }
   return column;
@@ -56,20 +58,39 @@ std::string FormatShape(c10::IntArrayRef shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-std::string FormatSummary(const Trace& trace) {
+namespace {
+
+// "1 op", "2 ops".
+std::string Counted(int64_t count, absl::string_view singular, absl::string_view plural) {
+  return absl::StrCat(count, " ", count == 1 ? singular : plural);
+}
+
+}  // namespace
+
+std::string NodeName(const Op& op) {
+  return op.is_buffer ? absl::StrCat(op.address, ":", op.buffer_pass) : op.label;
+}
+
+bool LibraryFile(absl::string_view file) {
+  return absl::StrContains(file, "/site-packages/") || absl::StrContains(file, "/dist-packages/");
+}
+
+std::string FormatSummary(const Trace& trace, bool library_branches) {
   std::string out;
   int compute = 0;
   for (const Op& op : trace.ops()) compute += op.is_compute() ? 1 : 0;
-  absl::StrAppend(&out, "Ops: ", trace.ops().size(), " nodes (", compute, " ops, ",
-                  trace.buffer_read_ops().size() + trace.buffer_write_ops().size(),
-                  " buffer versions), ", trace.training() ? "training" : "eval", " mode\n");
+  const int64_t versions = trace.buffer_read_ops().size() + trace.buffer_write_ops().size();
+  absl::StrAppend(&out, "Ops: ", Counted(trace.ops().size(), "node", "nodes"), " (",
+                  Counted(compute, "op", "ops"), ", ",
+                  Counted(versions, "buffer version", "buffer versions"), "), ",
+                  trace.training() ? "training" : "eval", " mode\n");
   if (trace.partial()) absl::StrAppend(&out, "Partial trace: ", trace.partial_reason(), "\n");
   int unsaved = 0;
   for (const Op& op : trace.ops())
     unsaved += trace.has_saved_values() && op.is_compute() && !op.saved();
   if (unsaved > 0) {
-    absl::StrAppend(&out, "Values saved for ", compute - unsaved, " of ", compute,
-                    " ops (selective saving or the memory budget)\n");
+    absl::StrAppend(&out, "Values saved for ", compute - unsaved, " of ",
+                    Counted(compute, "op", "ops"), " (selective saving or the memory budget)\n");
   }
   // TorchScript traces say where each op is in the model's code, and which `if` branches
   // it ran in (SourcePosition); other traces have no such column.
@@ -79,22 +100,28 @@ std::string FormatSummary(const Trace& trace) {
   std::vector<std::string> header = {"label", "type", "shape", "dtype", "module", "parents"};
   if (has_positions) header.insert(header.end() - 1, "source");
   ops.Add(std::move(header));
+  // Buffer versions by address and version, as pictures and TorchLens name them
+  // ("calls:2"); their labels ("buffer_1:2") are accepted by Trace::Find too.
+  const auto name_of = [&trace](const std::string& label) {
+    const int index = trace.IndexOfLabel(label);
+    return index < 0 ? label : NodeName(trace.ops()[index]);
+  };
   for (const Op& op : trace.ops()) {
     std::string type = op.type;
     if (op.is_buffer) {
-      type =
-          absl::StrCat("buffer ", op.address, " (",
-                       op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read", ")");
+      type = absl::StrCat(
+          "buffer (", op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read", ")");
     }
-    std::vector<std::string> parents = op.parents;
+    std::vector<std::string> parents;
+    for (const std::string& parent : op.parents) parents.push_back(name_of(parent));
     for (const std::string& param : op.parent_params) parents.push_back(param);
-    std::vector<std::string> row = {op.label,
+    std::vector<std::string> row = {NodeName(op),
                                     type,
                                     FormatShape(op.tensor_shape),
                                     op.tensor_dtype,
                                     ModuleColumn(op.module_address),
                                     absl::StrJoin(parents, ", ")};
-    if (has_positions) row.insert(row.end() - 1, SourceColumn(op));
+    if (has_positions) row.insert(row.end() - 1, SourceColumn(op, library_branches));
     ops.Add(std::move(row));
   }
   absl::StrAppend(&out, ops.Render("  "));
@@ -105,7 +132,8 @@ std::string FormatSummary(const Trace& trace) {
     for (int64_t d : param.shape) count *= d;
     if (__builtin_add_overflow(values, count, &values)) values = INT64_MAX;
   }
-  absl::StrAppend(&out, "\nParameters: ", trace.params().size(), " (", values, " values)\n");
+  absl::StrAppend(&out, "\nParameters: ", trace.params().size(), " (",
+                  Counted(values, "value", "values"), ")\n");
   Table params;
   params.Add({"address", "shape", "module"});
   for (const auto& [address, param] : trace.params()) {

@@ -354,7 +354,10 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
   auto consider = [&](const std::string& name) {
     if (seen.insert(name).second) scored.emplace_back(EditDistance(key, name), name);
   };
-  for (const Op& op : graph.ops) consider(op.label);
+  // Buffer versions by address ("calls:2"), as the summary and pictures name them.
+  for (const Op& op : graph.ops) {
+    consider(op.is_buffer ? absl::StrCat(op.address, ":", op.buffer_pass) : op.label);
+  }
   for (const auto& [address, buffer] : graph.buffers) consider(address);
   std::sort(scored.begin(), scored.end());
   std::vector<std::string> closest;

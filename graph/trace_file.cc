@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -20,6 +23,7 @@
 #include "graph/file_io.h"
 #include "graph/op_fields.h"
 #include "graph/torch_load.h"
+#include "graph/zip_archive.h"
 
 namespace torchlens {
 namespace {
@@ -40,6 +44,28 @@ c10::IValue Ints(c10::IntArrayRef values) { return c10::List<int64_t>(values); }
 
 c10::IValue TensorOrNone(const at::Tensor& t) {
   return t.defined() ? c10::IValue(t) : c10::IValue();
+}
+
+// NOTE [The buffer entity in trace files]
+// Each buffer of a trace file carries TorchLens's names for its state: `versions` (the
+// labels of its version nodes, the initial read first), `num_overwrites` and `write_kinds`
+// (one per write, in order: "inplace", "reassign", "fused"), so that Python reads a
+// buffer's history without rebuilding it from the ops. The reader rebuilds them from the
+// ops all the same, as it always did, and refuses a file whose lists say otherwise; files
+// written before the lists existed load as before.
+struct BufferSummary {
+  std::vector<std::string> versions;
+  std::vector<std::string> write_kinds;
+};
+BufferSummary SummarizeBuffer(const Buffer& buffer) {
+  BufferSummary summary;
+  for (const Op* version : buffer.versions) {
+    summary.versions.push_back(version->label);
+    if (version->buffer_write_kind.has_value()) {
+      summary.write_kinds.emplace_back(WriteKindName(*version->buffer_write_kind));
+    }
+  }
+  return summary;
 }
 
 // Argument values the pickler writes and Python reads back.
@@ -536,6 +562,13 @@ absl::Status CheckModuleAddresses(const TraceParts& parts) {
 absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> owner) {
   absl::StatusOr<c10::IValue> loaded = LoadPickledInPlace(bytes, std::move(owner));
   if (!loaded.ok()) {
+    // A model archive (torch.jit.save) holds its code and constants beside its pickle.
+    if (absl::StatusOr<ZipArchive> zip = ZipArchive::Open(bytes);
+        zip.ok() && zip->Find("constants.pkl") != nullptr) {
+      return absl::InvalidArgumentError(
+          "a TorchScript model archive (torch.jit.save), not a trace file: load it as a model "
+          "(torch::jit::load; the command-line tool's --model)");
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("not a readable trace file: ", loaded.status().message()));
   }
@@ -560,6 +593,8 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
     if (root.contains("partial_reason")) parts.partial_reason = r.String(root, "partial_reason");
     const c10::ArrayRef<c10::IValue> ops = r.ListOf(root, "ops");
     for (size_t i = 0; i < ops.size(); ++i) parts.ops.push_back(OpFromIValue(ops[i], version, i));
+    std::map<std::string, BufferSummary> listed;
+    std::map<std::string, int64_t> listed_overwrites;
     for (const c10::IValue& v : r.ListOf(root, "buffers")) {
       Reader b("a buffer");
       const Dict d = b.DictAt(v);
@@ -572,6 +607,13 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
       if (d.contains("same_tensor_as")) buffer.same_tensor_as = b.Strings(d, "same_tensor_as");
       if (d.contains("shares_storage_with")) {
         buffer.shares_storage_with = b.Strings(d, "shares_storage_with");
+      }
+      // Checked against the ops once assembled (NOTE [The buffer entity in trace files]).
+      if (d.contains("versions")) {
+        BufferSummary& summary = listed[buffer.address];
+        summary.versions = b.Strings(d, "versions");
+        summary.write_kinds = b.Strings(d, "write_kinds");
+        listed_overwrites[buffer.address] = b.Int(d, "num_overwrites");
       }
       parts.buffers[buffer.address] = std::move(buffer);
     }
@@ -616,7 +658,21 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
     parts.stats.interpreter_sites = s.Int(stats, "interpreter_sites");
     if (absl::Status consistent = CheckConsistent(parts.ops); !consistent.ok()) return consistent;
     if (absl::Status modules = CheckModuleAddresses(parts); !modules.ok()) return modules;
-    return Trace::Assemble(std::move(parts));
+    Trace trace = Trace::Assemble(std::move(parts));
+    for (const auto& [address, summary] : listed) {
+      const Buffer& buffer = trace.buffers().at(address);
+      const BufferSummary rebuilt = SummarizeBuffer(buffer);
+      if (summary.versions != rebuilt.versions || summary.write_kinds != rebuilt.write_kinds ||
+          listed_overwrites[address] != buffer.num_overwrites) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "malformed trace file: buffer \"", absl::CHexEscape(address), "\" lists versions [",
+            absl::StrJoin(summary.versions, ", "), "] with ", listed_overwrites[address],
+            " overwrites (", absl::StrJoin(summary.write_kinds, ", "), ") but its ops give [",
+            absl::StrJoin(rebuilt.versions, ", "), "] with ", buffer.num_overwrites,
+            " overwrites (", absl::StrJoin(rebuilt.write_kinds, ", "), ")"));
+      }
+    }
+    return trace;
   } catch (const Reader::Malformed& malformed) {
     return absl::InvalidArgumentError(absl::StrCat("malformed trace file: ", malformed.message));
   } catch (const std::exception& e) {
@@ -718,6 +774,11 @@ absl::StatusOr<c10::IValue> TraceFileValue(const Trace& trace) {
     d.insert("final_value", TensorOrNone(buffer.final_value));
     d.insert("same_tensor_as", Strings(buffer.same_tensor_as));
     d.insert("shares_storage_with", Strings(buffer.shares_storage_with));
+    // See NOTE [The buffer entity in trace files].
+    const BufferSummary summary = SummarizeBuffer(buffer);
+    d.insert("versions", Strings(summary.versions));
+    d.insert("num_overwrites", static_cast<int64_t>(buffer.num_overwrites));
+    d.insert("write_kinds", Strings(summary.write_kinds));
     buffers.push_back(d);
   }
   root.insert("buffers", buffers);

@@ -81,6 +81,17 @@ def main(trace_path, json_path, svg_path, fields_path):
     assert versions[1]["buffer_value_changed"] is True
     calls = buffers["calls"]
     assert calls["final_value"].item() == calls["initial_value"].item() + 1
+    # The buffer entity (TorchLens's names): its version labels, initial read first, as the
+    # ops list them; one write kind per write. In training each statistic is written once
+    # by the fused kernel, the counters once in place (calls += 1, num_batches_tracked += 1).
+    expected_kinds = {"running_mean": ["fused"], "running_var": ["fused"],
+                      "num_batches_tracked": ["inplace"], "calls": ["inplace"]}
+    for address, buffer in buffers.items():
+        listed = [op["label"] for op in trace["ops"] if op["is_buffer"] and op["address"] == address]
+        assert buffer["versions"] == listed, (address, buffer["versions"], listed)
+        assert buffer["write_kinds"] == expected_kinds[address.rsplit(".", 1)[-1]], (address, buffer)
+        assert buffer["num_overwrites"] == 1, (address, buffer["num_overwrites"])
+        assert ops[buffer["versions"][-1]]["buffer_write_kind"] == buffer["write_kinds"][-1]
 
     # JSON: the same graph, with its schema.
     with open(json_path) as f:
@@ -91,12 +102,21 @@ def main(trace_path, json_path, svg_path, fields_path):
         assert list(op.keys()) == metadata, (op["label"], list(op.keys()), metadata)
     assert meta["ops"][labels.index("relu_1_6:1")]["parents"] == ["batch_norm_1_5:1"]
     assert meta["ops"][labels.index("conv2d_1_2:1")]["source_position"] == position
+    for entry in meta["buffers"]:
+        buffer = buffers[entry["address"]]
+        assert (entry["versions"], entry["num_overwrites"], entry["write_kinds"]) == \
+            (buffer["versions"], buffer["num_overwrites"], buffer["write_kinds"]), entry
 
     # SVG: well-formed XML with one node per drawn op (BatchNorm bookkeeping hidden).
     svg = xml.dom.minidom.parse(svg_path)
     nodes = [g for g in svg.getElementsByTagName("g") if g.getAttribute("class") == "node"]
     hidden = [op for op in trace["ops"] if op["is_buffer"] and
               op["address"].rsplit(".", 1)[-1] in ("running_mean", "running_var", "num_batches_tracked")]
+    # ... and the ops that only update them: training's num_batches_tracked.add_(1).
+    hidden_labels = {op["label"] for op in hidden}
+    hidden += [op for op in trace["ops"] if not op["is_buffer"] and op["children"] and op["parents"] and
+               set(op["parents"]) <= hidden_labels and set(op["children"]) <= hidden_labels]
+    assert sum(op["type"] == "add_" for op in hidden) == 2, [op["label"] for op in hidden]
     assert len(nodes) == len(trace["ops"]) - len(hidden), (len(nodes), len(trace["ops"]), len(hidden))
     print("python read", len(labels), "nodes,", len(buffers), "buffers: OK")
 

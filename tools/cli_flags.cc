@@ -20,23 +20,28 @@ const char kUsage[] =
     "                 [--mode eval|train] [--seed N] [--no_save] [--summary FILE]\n"
     "                 [--validate] [--edit LABEL=VALUE ...] [--render FILE.svg|png|pdf]\n"
     "                 [--show_buffers never|meaningful|always] [--render_depth N] [--rolled]\n"
+    "                 [--library_branches]\n"
     "                 [--json FILE] [--save FILE | --stream_to FILE]\n"
     "                 [--compare TRACE | --compare_model FILE.pt] [--hash] [--non_finite]\n"
     "                 [--module M,...]\n"
     "                 [--chrome_trace FILE.json] [--save_modules M,... --save_types T,...\n"
     "                 --save_labels L,...] [--halt_after M|LABEL] [--stop_at_non_finite]\n"
-    "                 [--max_saved_bytes N [--partial_on_budget]]\n"
+    "                 [--max_saved_bytes N [--partial_on_budget]] [-h | --help] [--version]\n"
+    "       torchlens --describe [--model FILE.pt]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
     "buffers. Without --model it traces the demo model bundled with the binary (its\n"
     "runfiles' testdata/demo.pt, never one in the current directory). Each flag may be\n"
     "given once (--edit repeats); a flag's value may not be empty.\n"
     "  --model FILE        TorchScript archive saved with torch.jit.save\n"
+    "  --describe          print the model's forward (its arguments and their types),\n"
+    "                      modules, parameters and buffers without running it\n"
     "  --input_shape S     random normal inputs of these shapes (';' between inputs)\n"
     "  --input FILE        inputs saved from Python with torch.save (a tensor or a\n"
     "                      list/tuple of tensors)\n"
     "  --mode eval|train   module mode during the capture (default eval)\n"
-    "  --seed N            seed of the random inputs (default 0)\n"
+    "  --seed N            seed of the random inputs and of the forward's own random\n"
+    "                      draws (dropout, noise), whatever the inputs' source (default 0)\n"
     "  --no_save           capture without saving activations\n"
     "  --summary FILE      write the summary to FILE instead of stdout\n"
     "  --trace FILE        read a trace file written by --save instead of running a\n"
@@ -46,17 +51,24 @@ const char kUsage[] =
     "  --edit LABEL=VALUE  set that node to VALUE (every element), replay what depends\n"
     "                      on it, and print the outputs that changed (repeatable)\n"
     "  --render FILE       draw the graph (SVG, PNG or PDF by extension)\n"
-    "  --show_buffers S    buffers drawn: never, meaningful (default: hides BatchNorm\n"
-    "                      running statistics and counters) or always\n"
-    "  --render_depth N    draw each module N levels deep as one box per call (its\n"
-    "                      op count on it); 0 (default) draws every module open\n"
-    "  --rolled            draw each layer's passes (and each box's calls) once\n"
+    "  --show_buffers S    with --render, buffers drawn: never, meaningful (default:\n"
+    "                      hides BatchNorm's running_mean, running_var and\n"
+    "                      num_batches_tracked, and the add_ that counts batches in\n"
+    "                      training) or always\n"
+    "  --render_depth N    with --render, draw each module N levels deep as one box per\n"
+    "                      call (its op count on it); 0 (default) draws every module open\n"
+    "  --rolled            with --render, draw each layer's passes (and each box's calls)\n"
+    "                      once; a buffer's versions once, with its reads and writes\n"
+    "  --library_branches  also show the if branches inside libraries' code (PyTorch's\n"
+    "                      functional.py), in the summary and the picture; by default\n"
+    "                      only the model's own\n"
     "  --json FILE         write the trace's metadata as JSON\n"
     "  --save FILE         write a trace file (torch.load reads it in Python)\n"
     "  --stream_to FILE    write the trace file during the capture: each value goes to\n"
     "                      FILE when recorded and is not kept in memory\n"
     "  --compare TRACE     compare with a trace file written by --save: each node's\n"
-    "                      largest differences, the first divergence marked\n"
+    "                      largest differences, the first divergence marked (exit code\n"
+    "                      1 when the traces diverge, as diff's)\n"
     "  --compare_model M   run model M on the same inputs and compare its trace\n"
     "  --hash              print the structure hash (the same for any inputs of these\n"
     "                      shapes; it changes when an op, edge, shape or module does)\n"
@@ -65,12 +77,20 @@ const char kUsage[] =
     "  --chrome_trace F    time every op and write a Chrome trace (Perfetto) to F\n"
     "  --save_modules M,.. save values only of ops in these modules (and under them),\n"
     "  --save_types T,...  of these op types (conv2d, relu),\n"
-    "  --save_labels L,... or with these labels; the other ops keep their metadata\n"
-    "  --halt_after X      stop the forward after module X's call or after label X;\n"
+    "  --save_labels L,... or with these labels (relu_1_5: every pass); the other ops\n"
+    "                      keep their metadata\n"
+    "  --halt_after X      stop the forward after module X's call or after op X\n"
+    "                      (relu_1_5:1, or relu_1_5 for its first pass);\n"
     "                      the buffers are put back as they were before it\n"
     "  --stop_at_non_finite  halt after the first op whose output holds NaN or Inf\n"
     "  --max_saved_bytes N stop saving at N bytes of saved values: an error, or with\n"
-    "  --partial_on_budget the trace so far marked partial\n";
+    "  --partial_on_budget the trace so far marked partial\n"
+    "  -h, --help          print this and exit\n"
+    "  --version           print the trace-file and JSON versions and LibTorch's\n"
+    "\n"
+    "Exit codes: 0 done; 1 done, and --validate failed or --compare diverged; 2 an error\n"
+    "(one line on stderr). A flag only the trace can check (an --edit or --module name, a\n"
+    "--compare file) is reported after everything else asked was done.\n";
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseInputShapes(absl::string_view text) {
   if (text.empty()) {
@@ -118,6 +138,7 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text) {
   EditFlag edit;
   edit.label = std::string(text.substr(0, eq));
   absl::string_view value = absl::StripAsciiWhitespace(text.substr(eq + 1));
+  edit.text = std::string(value);
   if (!absl::SimpleAtod(value, &edit.value)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--edit \"", text, "\": \"", value, "\" is not a number"));
@@ -135,6 +156,8 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   FlagParser flags;
   flags.Switch("help", &options.help);
   flags.Switch("h", &options.help);
+  flags.Switch("version", &options.version);
+  flags.Switch("describe", &options.describe);
   flags.Switch("no_save", &no_save);
   flags.Switch("validate", &options.validate);
   flags.Switch("hash", &options.hash);
@@ -167,6 +190,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   });
   flags.Int("render_depth", &options.render_depth, 0);
   flags.Switch("rolled", &options.rolled);
+  flags.Switch("library_branches", &options.library_branches);
   flags.Value("show_buffers", [&](absl::string_view v) {
     if (v != "never" && v != "meaningful" && v != "always") {
       return absl::InvalidArgumentError(
@@ -209,6 +233,31 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   });
   if (absl::Status parsed = flags.Parse(args); !parsed.ok()) return parsed;
   options.save_activations = !no_save;
+  if (options.describe) {
+    // It runs nothing: a flag about running, answering or writing a trace would be ignored.
+    std::vector<std::string> given;
+    for (const std::string& flag : flags.GivenNames()) {
+      if (flag != "describe" && flag != "model" && flag != "summary") {
+        given.push_back(absl::StrCat("--", flag));
+      }
+    }
+    if (!given.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--describe prints the model without running it and takes --model and --summary "
+          "only, not ",
+          absl::StrJoin(given, ", ")));
+    }
+  }
+  // Flags that only say how to draw: ignored without a picture, so refused.
+  std::vector<std::string> render_flags_given;
+  for (const char* flag : {"show_buffers", "render_depth", "rolled"}) {
+    if (flags.Given(flag)) render_flags_given.push_back(absl::StrCat("--", flag));
+  }
+  if (!render_flags_given.empty() && options.render_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::StrJoin(render_flags_given, ", "), render_flags_given.size() == 1 ? " says" : " say",
+        " how to draw the graph, but no --render FILE.svg|png|pdf asks for a picture"));
+  }
   if ((options.validate || !options.edits.empty()) && !options.save_activations) {
     return absl::InvalidArgumentError(absl::StrCat(options.validate ? "--validate" : "--edit",
                                                    " needs saved values; drop --no_save"));

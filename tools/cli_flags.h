@@ -16,11 +16,14 @@ namespace torchlens {
 struct EditFlag {
   std::string label;
   double value = 0.0;
+  std::string text;  // the value as given: an integer node takes it exactly (int64 beyond 2^53)
 };
 
 struct CliOptions {
   bool help = false;
-  std::string model;  // empty: the bundled demo model
+  bool version = false;
+  bool describe = false;  // print the model's forward, modules, parameters, buffers; run nothing
+  std::string model;      // empty: the bundled demo model
   std::vector<std::vector<int64_t>> input_shapes;
   std::string input_file;
   bool train = false;
@@ -34,6 +37,7 @@ struct CliOptions {
   std::string show_buffers = "meaningful";  // never | meaningful | always
   int render_depth = 0;                     // RenderOptions::max_module_depth
   bool rolled = false;                      // RenderOptions::rolled
+  bool library_branches = false;            // also the branches inside libraries' code
   std::string json_file;
   std::string save_file;
   std::string stream_file;           // --stream_to: CaptureOptions::trace_file

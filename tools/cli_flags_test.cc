@@ -76,6 +76,30 @@ TEST(ParseCommandLine, RejectsMistakes) {
               HasSubstr("unknown flag --bogus"));
 }
 
+// Flags that only say how to draw are refused without --render, naming each one given.
+TEST(ParseCommandLine, RenderOnlyFlagsNeedRender) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--rolled"}, {"--render_depth=2"}, {"--show_buffers=always"}}) {
+    absl::StatusOr<CliOptions> options = ParseCommandLine(args);
+    EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument) << args[0];
+    EXPECT_THAT(std::string(options.status().message()),
+                HasSubstr(absl::StrCat(args[0].substr(0, args[0].find('=')), " says how to draw")));
+  }
+  absl::StatusOr<CliOptions> options =
+      ParseCommandLine({"--render=g.svg", "--rolled", "--render_depth=2", "--show_buffers=never"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->rolled);
+  EXPECT_EQ(options->render_depth, 2);
+  EXPECT_EQ(options->show_buffers, "never");
+}
+
+// An edit keeps its value's text, so that an integer node takes it exactly.
+TEST(ParseEdit, KeepsTheValueAsGiven) {
+  absl::StatusOr<EditFlag> edit = ParseEdit("counter:1=9007199254740993");
+  ASSERT_TRUE(edit.ok()) << edit.status();
+  EXPECT_EQ(edit->text, "9007199254740993");
+}
+
 TEST(ParseCommandLine, TraceFileTakesNoCaptureFlags) {
   absl::StatusOr<CliOptions> options =
       ParseCommandLine({"--trace", "a.pt", "--compare=b.pt", "--validate", "--module=fc"});

@@ -62,6 +62,34 @@ run complex --model testdata/complex_view_writes.pt --input_shape 3,4 --edit inp
 expect complex "buffer z:3 (buffer_1:3): changed (max abs change"
 expect complex "-> [0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j, 0+0j]"
 
+# Complex values (issue 54): a product with an all-zero complex factor, a complex branch
+# `where` never selects, a complex power with exponent 0j. No perturbation changes these
+# outputs, and the saved values prove why: PASSED, nothing unproved, and no check that
+# converts a complex element to a double (which once threw, and the throw was a FAIL).
+cat >"$TEST_TMPDIR/complex_model.py" <<'PY'
+import sys
+import torch
+
+class ComplexZeros(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.zeros(2, 2, dtype=torch.complex64))
+
+    def forward(self, x):
+        y = x @ self.w + x @ torch.zeros(2, 2, dtype=torch.complex64)
+        kept = torch.where(x.real > 100.0, x, torch.zeros_like(x))
+        return y, kept, torch.pow(x, 0j)
+
+torch.jit.script(ComplexZeros()).save(sys.argv[1])
+g = torch.Generator().manual_seed(5)
+torch.save(torch.complex(torch.rand(3, 2, generator=g) + 0.5, torch.rand(3, 2, generator=g) + 0.5), sys.argv[2])
+PY
+/usr/bin/python3 "$TEST_TMPDIR/complex_model.py" "$TEST_TMPDIR/complex_zeros.pt" "$TEST_TMPDIR/complex_input.pt" ||
+  fail "writing the complex model failed"
+run complex_zeros --model "$TEST_TMPDIR/complex_zeros.pt" --input "$TEST_TMPDIR/complex_input.pt" --validate
+expect complex_zeros "Validation: PASSED"
+grep -qE "FAIL|unproved|not checkable" "$TEST_TMPDIR/complex_zeros" && fail "complex zeros: $(cat "$TEST_TMPDIR/complex_zeros")"
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1

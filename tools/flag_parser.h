@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -46,10 +47,15 @@ class FlagParser {
   // "--name a,b,c": the comma-separated list (empty items dropped).
   void List(absl::string_view name, std::vector<std::string>* target);
 
-  // Parses `args` (without the program name), in order.
-  absl::Status Parse(absl::Span<const std::string> args) const;
+  // Parses `args` (without the program name), in order. An unknown flag's error names the
+  // declared flag closest to it ("did you mean --validate?").
+  absl::Status Parse(absl::Span<const std::string> args);
   // The same from main's arguments.
-  absl::Status Parse(int argc, char** argv) const;
+  absl::Status Parse(int argc, char** argv);
+  // Whether the last Parse met flag `name` (a flag with a default is told from one given).
+  bool Given(absl::string_view name) const { return given_.contains(name); }
+  // The flags the last Parse met, in alphabetical order.
+  std::vector<std::string> GivenNames() const;
 
  private:
   struct Flag {
@@ -58,8 +64,11 @@ class FlagParser {
     ValueParser parse;  // for a switch: called with ""
   };
   void Add(absl::string_view name, Flag flag);
+  // The declared flag a mistyped `name` most likely meant, or "".
+  std::string ClosestName(absl::string_view name) const;
 
   absl::flat_hash_map<std::string, Flag> flags_;
+  absl::flat_hash_set<std::string> given_;
 };
 
 // A path given in a flag, for a binary started by `bazel run`: a relative path is made

@@ -10,6 +10,7 @@ namespace torchlens {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Parsed {
   bool verbose = false;
@@ -84,6 +85,30 @@ TEST(FlagParser, EveryMistakeIsOneErrorNamingTheFlag) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.args[0];
     EXPECT_THAT(std::string(status.message()), HasSubstr(c.message)) << c.args[0];
   }
+}
+
+// A mistyped flag names the declared flag a few edits away; a word that is no typo of
+// any gets no guess. `Given` tells a flag given from one left at its default.
+TEST(FlagParser, SuggestsTheClosestFlagAndRemembersWhatWasGiven) {
+  Parsed parsed;
+  EXPECT_THAT(std::string(ParseInto(parsed, {"--cuont=1"}).message()),
+              HasSubstr("unknown flag --cuont; did you mean --count?"));
+  EXPECT_THAT(std::string(ParseInto(parsed, {"--verbos"}).message()),
+              HasSubstr("did you mean --verbose?"));
+  const std::string unrelated(ParseInto(parsed, {"--zzzzzzzz"}).message());
+  EXPECT_THAT(unrelated, HasSubstr("unknown flag --zzzzzzzz"));
+  EXPECT_THAT(unrelated, Not(HasSubstr("did you mean")));
+
+  std::string name;
+  bool help = false;
+  FlagParser flags;
+  flags.String("name", &name);
+  flags.Switch("h", &help);
+  ASSERT_TRUE(flags.Parse(std::vector<std::string>{"-h"}).ok());  // one dash, one letter
+  EXPECT_TRUE(help);
+  EXPECT_TRUE(flags.Given("h"));
+  EXPECT_FALSE(flags.Given("name"));
+  EXPECT_FALSE(flags.Parse(std::vector<std::string>{"-name"}).ok());
 }
 
 TEST(FlagParser, ParsesMainsArgumentsWithoutTheProgramName) {

@@ -4,13 +4,15 @@
 //   tools/bazelw run //tools:torchlens -- --model /path/model.pt --input_shape 1,3,224,224
 //
 // Every failure prints one line "torchlens: error: ..." and exits with code 2.
+#include <ATen/CPUGeneratorImpl.h>
 #include <sys/stat.h>
 #include <torch/script.h>
 #include <torch/serialize.h>
+#include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "graph/compare.h"
 #include "graph/file_io.h"
 #include "graph/json_export.h"
@@ -34,15 +37,14 @@
 #include "graph/summary.h"
 #include "graph/torch_load.h"
 #include "graph/trace_file.h"
+#include "tools/cli_edits.h"
 #include "tools/cli_flags.h"
 #include "tools/flag_parser.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/large_stack.h"
 #include "torchlens_dispatch/load_model.h"
-#include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
-#include "validation/intervene.h"
 #include "validation/validate.h"
 
 namespace torchlens {
@@ -72,96 +74,6 @@ absl::StatusOr<std::string> BundledModelPath() {
                    absl::StrJoin(candidates, ", "), "); give a model with --model FILE"));
 }
 
-// A complex value as Python prints one: "1+0.5j".
-std::string ComplexText(double real, double imag) {
-  return absl::StrCat(real, std::signbit(imag) ? "-" : "+", std::abs(imag), "j");
-}
-
-std::string Values(const at::Tensor& t) {
-  if (t.numel() > 16) return absl::StrCat("[", t.numel(), " values]");
-  std::vector<std::string> values;
-  if (t.is_complex()) {
-    const at::Tensor parts =
-        at::view_as_real(t.resolve_conj().reshape({-1}).to(at::kComplexDouble)).contiguous();
-    const double* data = parts.data_ptr<double>();
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      values.push_back(ComplexText(data[2 * i], data[2 * i + 1]));
-    }
-  } else {
-    const at::Tensor flat = t.reshape({-1}).to(at::kDouble);
-    for (int64_t i = 0; i < flat.numel(); ++i) {
-      values.push_back(absl::StrCat(flat[i].item<double>()));
-    }
-  }
-  return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
-}
-
-std::string Shape(const at::Tensor& t) {
-  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
-}
-
-// How `after` differs from `before`, or "unchanged" (bitwise, NOTE [Bitwise equality]).
-std::string Change(const at::Tensor& before, const at::Tensor& after) {
-  if (BitIdentical(before, after)) return "unchanged";
-  if (!before.defined() || !after.defined()) return "changed (no saved value)";
-  if (before.sizes() != after.sizes() || before.scalar_type() != after.scalar_type()) {
-    return absl::StrCat("changed shape or dtype: ", Shape(before), " ",
-                        c10::toString(before.scalar_type()), " -> ", Shape(after), " ",
-                        c10::toString(after.scalar_type()), " ", Values(after));
-  }
-  // Complex values change by the modulus of their difference.
-  const c10::ScalarType wide = after.is_complex() ? at::kComplexDouble : at::kDouble;
-  const at::Tensor difference =
-      (after.resolve_conj().to(wide) - before.resolve_conj().to(wide)).abs();
-  return absl::StrCat("changed (max abs change ", difference.max().item<double>(), ") ",
-                      Values(before), " -> ", Values(after));
-}
-
-// Runs the --edit interventions (every tensor output of each named node set to the value)
-// and describes what changed: the outputs, the buffer versions, and any gap.
-absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<EditFlag>& flags) {
-  std::vector<Edit> edits;
-  for (const EditFlag& flag : flags) {
-    absl::StatusOr<const Op*> node = trace.Find(flag.label);
-    if (!node.ok()) return node.status();
-    const Op& op = **node;
-    const int outputs = op.outs.empty() ? 1 : static_cast<int>(op.outs.size());
-    for (int k = 0; k < outputs; ++k) {
-      const at::Tensor& value = OutputValue(op, k);
-      if (!value.defined()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--edit ", flag.label, ": output ", k, " has no saved value"));
-      }
-      edits.push_back(Edit{flag.label, at::full_like(value, flag.value), k});
-    }
-  }
-  absl::StatusOr<DoResult> result = Do(trace, std::move(edits));
-  if (!result.ok()) return result.status();
-  std::string out =
-      absl::StrCat("\nIntervention: ", result->reexecuted.size(), " nodes re-executed\n");
-  for (const Diagnostic& warning : result->warnings) {
-    absl::StrAppend(&out, "  warning (", DiagnosticKindName(warning.kind), " at ", warning.label,
-                    "): ", warning.message, "\n");
-  }
-  // Do's trace holds every node of the trace it replayed, under the same labels; a missing
-  // one reads as "no saved value".
-  auto value_of = [](const Trace& in, const std::string& label) {
-    const int index = in.IndexOfLabel(label);
-    return index < 0 ? at::Tensor() : in.ops()[index].out;
-  };
-  for (const std::string& label : trace.output_labels()) {
-    absl::StrAppend(&out, "  ", label, ": ",
-                    Change(value_of(trace, label), value_of(result->trace, label)), "\n");
-  }
-  for (const Op* version : trace.buffer_write_ops()) {
-    const at::Tensor after = value_of(result->trace, version->label);
-    if (BitIdentical(version->out, after)) continue;
-    absl::StrAppend(&out, "  buffer ", version->address, ":", version->buffer_pass, " (",
-                    version->label, "): ", Change(version->out, after), "\n");
-  }
-  return out;
-}
-
 // The first non-finite value, or that there is none.
 absl::StatusOr<std::string> DescribeNonFinite(const Trace& trace) {
   absl::StatusOr<std::optional<NonFinite>> first = FirstNonFinite(trace);
@@ -189,16 +101,45 @@ std::vector<c10::IValue> CloneInputs(const std::vector<c10::IValue>& inputs) {
   return copies;
 }
 
-// Exit code 1: the tool worked, the trace did not validate.
-constexpr int kValidationFailed = 1;
+// Exit code 1: the tool worked, and the trace did not validate or --compare found a
+// divergence (as `diff` says its inputs differ).
+constexpr int kAnswerIsNo = 1;
 
-// The summary, to standard output: a full disk or a closed pipe is an error like any
-// other (SIGPIPE is ignored in main so that it becomes one).
+// The summary, to standard output. A reader that closed the pipe early (`torchlens | head
+// -1`) is no error, as for any Unix tool: writing stops quietly. A full disk is an error
+// (SIGPIPE is ignored in main so that a closed pipe is an EPIPE to tell from it).
 absl::Status WriteStdout(absl::string_view text) {
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    if (errno == EPIPE) return absl::OkStatus();
     return absl::ErrnoToStatus(errno, "cannot write the summary to standard output");
   }
   return absl::OkStatus();
+}
+
+// A message of the capture or of a loader, in the tool's words: the flags, not the C++
+// options they set.
+std::string InFlagTerms(absl::string_view message) {
+  std::string text(message);
+  for (const auto& [api, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"CaptureOptions::halt_after", "--halt_after"},
+           {"CaptureOptions::max_saved_bytes", "--max_saved_bytes"},
+           {"CaptureOptions::partial_on_budget", "--partial_on_budget"},
+           {"CaptureOptions::stop_at_non_finite", "--stop_at_non_finite"},
+           {"CaptureOptions::save_modules", "--save_modules"},
+           {"CaptureOptions::save_types", "--save_types"},
+           {"CaptureOptions::save_labels", "--save_labels"},
+           {"CaptureOptions::trace_file", "--stream_to"},
+           {"CaptureOptions::save_activations", "--no_save"},
+           {"(save_modules, save_types, save_labels, save_if)",
+            "(--save_modules, --save_types, --save_labels)"},
+           {"set partial_on_budget", "give --partial_on_budget"},
+       }) {
+    for (size_t at = text.find(api); at != std::string::npos;
+         at = text.find(api, at + flag.size())) {
+      text.replace(at, api.size(), flag);
+    }
+  }
+  return text;
 }
 
 // What the tool looks at: a trace it captured, or one read from --trace, and the reference
@@ -209,6 +150,97 @@ struct Subject {
   std::optional<Trace> second_model;
 };
 
+// "forward(x: Tensor, h: Optional[Tensor] = ...) -> Tuple[Tensor, Tensor]": the
+// arguments after self, with their TorchScript types, and what it returns.
+std::string ForwardSignature(const torch::jit::Module& model) {
+  const c10::optional<torch::jit::Method> forward = model.find_method("forward");
+  if (!forward.has_value()) return "missing (the model has no forward method)";
+  const c10::FunctionSchema& schema = forward->function().getSchema();
+  std::vector<std::string> arguments;
+  for (size_t i = 1; i < schema.arguments().size(); ++i) {
+    const c10::Argument& argument = schema.arguments()[i];
+    arguments.push_back(absl::StrCat(argument.name(), ": ", argument.type()->annotation_str(),
+                                     argument.default_value().has_value() ? " = ..." : ""));
+  }
+  std::vector<std::string> returns;
+  for (const c10::Argument& value : schema.returns()) {
+    returns.push_back(value.type()->annotation_str());
+  }
+  return absl::StrCat(
+      "forward(", absl::StrJoin(arguments, ", "), ") -> ",
+      returns.size() == 1 ? returns[0] : absl::StrCat("(", absl::StrJoin(returns, ", "), ")"));
+}
+
+// --describe: the model as loaded, without running it: its forward's signature, modules,
+// parameters and buffers.
+std::string DescribeModel(const torch::jit::Module& model, const std::string& path) {
+  const auto type_name = [](const torch::jit::Module& module) {
+    const c10::optional<c10::QualifiedName>& name = module.type()->name();
+    return name.has_value() ? name->name() : std::string("-");
+  };
+  std::string out =
+      absl::StrCat("torchlens model ", path, "\n\nForward: ", ForwardSignature(model),
+                   "\nSaved in ", model.is_training() ? "training" : "eval",
+                   " mode; captures run in eval mode unless --mode train says otherwise\n");
+  std::vector<std::vector<std::string>> modules = {{"address", "type"}};
+  for (const torch::jit::NameModule& module : model.named_modules()) {
+    modules.push_back({module.name.empty() ? "-" : module.name, type_name(module.value)});
+  }
+  std::vector<std::vector<std::string>> params = {{"address", "shape", "dtype"}};
+  int64_t values = 0;
+  for (const torch::jit::NameTensor& param : model.named_parameters()) {
+    params.push_back({param.name, absl::StrCat("[", absl::StrJoin(param.value.sizes(), ", "), "]"),
+                      c10::toString(param.value.scalar_type())});
+    values += param.value.numel();
+  }
+  std::vector<std::vector<std::string>> buffers = {{"address", "shape", "dtype"}};
+  for (const torch::jit::NameTensor& buffer : model.named_buffers()) {
+    buffers.push_back({buffer.name,
+                       absl::StrCat("[", absl::StrJoin(buffer.value.sizes(), ", "), "]"),
+                       c10::toString(buffer.value.scalar_type())});
+  }
+  const auto table = [&out](const std::vector<std::vector<std::string>>& rows) {
+    std::vector<size_t> widths(rows[0].size(), 0);
+    for (const auto& row : rows) {
+      for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+    }
+    for (const auto& row : rows) {
+      std::string line = " ";
+      for (size_t c = 0; c < row.size(); ++c) {
+        absl::StrAppend(&line, " ", row[c],
+                        c + 1 < row.size() ? std::string(widths[c] - row[c].size() + 1, ' ') : "");
+      }
+      absl::StrAppend(&out, line, "\n");
+    }
+  };
+  absl::StrAppend(&out, "\nModules: ", modules.size() - 1, "\n");
+  table(modules);
+  absl::StrAppend(&out, "\nParameters: ", params.size() - 1, " (", Count(values, "value", "values"),
+                  ")\n");
+  if (params.size() > 1) table(params);
+  absl::StrAppend(&out, "\nBuffers: ", buffers.size() - 1, "\n");
+  if (buffers.size() > 1) table(buffers);
+  return out;
+}
+
+// --halt_after's key for the capture: a module address, or an op label. A label without
+// its pass ("relu_1_5", as --edit and Trace::Find take it) means its first pass.
+std::string HaltKey(const torch::jit::Module& model, const std::string& key) {
+  if (key.empty() || key.find(':') != std::string::npos) return key;
+  for (const torch::jit::NameModule& module : model.named_modules()) {
+    if (module.name == key) return key;
+  }
+  // type_index_step: the last two '_'-separated parts are numbers.
+  const std::vector<absl::string_view> parts = absl::StrSplit(key, '_');
+  const auto number = [](absl::string_view part) {
+    return !part.empty() && part.find_first_not_of("0123456789") == absl::string_view::npos;
+  };
+  if (parts.size() >= 3 && number(parts[parts.size() - 1]) && number(parts[parts.size() - 2])) {
+    return absl::StrCat(key, ":1");
+  }
+  return key;
+}
+
 absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
   const bool bundled = options.model.empty();
   absl::StatusOr<std::string> model_path = bundled ? BundledModelPath() : UserPath(options.model);
@@ -217,6 +249,9 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
   if (!model.ok()) return model.status();
   model->train(options.train);
 
+  // --seed seeds the generator the forward draws from (dropout in training, noise, sampled
+  // actions), whatever the inputs' source; random inputs are drawn from it first.
+  torch::manual_seed(static_cast<uint64_t>(options.seed));
   std::vector<c10::IValue> inputs;
   if (!options.input_file.empty()) {
     absl::StatusOr<std::vector<c10::IValue>> loaded = LoadInputs(UserPath(options.input_file));
@@ -227,11 +262,12 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
     if (shapes.empty()) {
       if (!bundled) {
         return absl::InvalidArgumentError(
-            "give the model's inputs with --input_shape (e.g. 1,3,224,224) or --input FILE");
+            absl::StrCat("give the model's inputs with --input_shape (e.g. 1,3,224,224) or "
+                         "--input FILE; its forward is ",
+                         ForwardSignature(*model)));
       }
       shapes.push_back(kBundledInputShape);
     }
-    torch::manual_seed(static_cast<uint64_t>(options.seed));
     for (const std::vector<int64_t>& shape : shapes) inputs.push_back(torch::randn(shape));
   }
 
@@ -240,14 +276,32 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
   capture.time_ops = !options.chrome_trace.empty();
   capture.save_modules = options.save_modules;
   capture.save_types = options.save_types;
-  capture.save_labels = options.save_labels;
-  capture.halt_after = options.halt_after;
+  // A label without its pass ("relu_1_5") selects every pass of its layer.
+  std::vector<std::string> layers;  // "relu_1_5:"
+  for (const std::string& label : options.save_labels) {
+    if (label.find(':') == std::string::npos) {
+      layers.push_back(absl::StrCat(label, ":"));
+    } else {
+      capture.save_labels.push_back(label);
+    }
+  }
+  if (!layers.empty()) {
+    capture.save_if = [layers](const OpQuery& op) {
+      return std::any_of(layers.begin(), layers.end(), [&](const std::string& layer) {
+        return op.label.substr(0, layer.size()) == layer;
+      });
+    };
+  }
+  capture.halt_after = HaltKey(*model, options.halt_after);
   capture.stop_at_non_finite = options.stop_at_non_finite;
   capture.max_saved_bytes = options.max_saved_bytes;
   capture.partial_on_budget = options.partial_on_budget;
   if (!options.stream_file.empty()) capture.trace_file = UserPath(options.stream_file);
   std::vector<c10::IValue> second_inputs;
   if (!options.compare_model.empty()) second_inputs = CloneInputs(inputs);
+  // --compare_model's forward draws the same random numbers as the first one.
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor forward_rng_state = generator.get_state();
   absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture);
   if (!trace.ok()) return trace.status();
   capture.trace_file.clear();  // --compare_model's trace stays in memory
@@ -256,6 +310,7 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
     absl::StatusOr<torch::jit::Module> second = LoadTorchScript(UserPath(options.compare_model));
     if (!second.ok()) return second.status();
     second->train(options.train);
+    generator.set_state(forward_rng_state);
     absl::StatusOr<Trace> traced = TraceModule(*second, std::move(second_inputs), capture);
     if (!traced.ok()) {
       return absl::Status(
@@ -271,6 +326,22 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
   absl::StatusOr<CliOptions> options = ParseCommandLine(args);
   if (!options.ok()) return options.status();
   if (options->help) return WriteStdout(kUsage);
+  if (options->version) {
+    return WriteStdout(absl::StrCat("torchlens: trace files version ", kTraceFileVersion,
+                                    ", JSON schema version ", kJsonSchemaVersion, ", LibTorch ",
+                                    TORCH_VERSION, "\n"));
+  }
+  if (options->describe) {
+    const std::string path = options->model.empty() ? std::string() : UserPath(options->model);
+    absl::StatusOr<std::string> model_path = path.empty() ? BundledModelPath() : path;
+    if (!model_path.ok()) return model_path.status();
+    absl::StatusOr<torch::jit::Module> model = LoadTorchScript(*model_path);
+    if (!model.ok()) return model.status();
+    const std::string described = DescribeModel(*model, *model_path);
+    return options->summary_file.empty()
+               ? WriteStdout(described)
+               : WriteFileBytes(UserPath(options->summary_file), described, "--summary file");
+  }
   absl::StatusOr<Subject> subject;
   if (!options->trace_file.empty()) {
     absl::StatusOr<Trace> loaded = LoadTrace(UserPath(options->trace_file));
@@ -284,30 +355,45 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
   // The reference of --compare: a trace file, or the second model on the same inputs.
   std::optional<Trace> reference = std::move(subject->second_model);
   std::string reference_name = options->compare_model;
+  absl::Status reference_error;
   if (!options->compare_trace.empty()) {
     absl::StatusOr<Trace> loaded = LoadTrace(UserPath(options->compare_trace));
-    if (!loaded.ok()) return loaded.status();
-    reference = *std::move(loaded);
+    if (loaded.ok()) reference = *std::move(loaded);
+    if (!loaded.ok()) {
+      reference_error = absl::Status(loaded.status().code(),
+                                     absl::StrCat("--compare: ", loaded.status().message()));
+    }
     reference_name = options->compare_trace;
   }
 
-  std::string summary =
-      absl::StrCat(options->trace_file.empty() ? "torchlens trace of " : "torchlens trace file ",
-                   subject->name, "\n\n", FormatSummary(*trace));
+  std::string summary = absl::StrCat(
+      options->trace_file.empty() ? "torchlens trace of " : "torchlens trace file ", subject->name,
+      "\n\n", InFlagTerms(FormatSummary(*trace, options->library_branches)));
+  // Flags whose values only the trace can check (--edit and --module names, --compare's
+  // file): a mistake in one costs nothing else that was asked. Everything else is done and
+  // written, then the mistakes are the one error line.
+  std::vector<std::string> problems;
   JsonMembers json_extra;
-  if (options->validate) {
-    absl::StatusOr<ValidationReport> report = ValidateForwardPass(*trace);
-    if (!report.ok()) return report.status();
+  absl::StatusOr<ValidationReport> report =
+      options->validate ? ValidateForwardPass(*trace) : absl::StatusOr<ValidationReport>();
+  if (options->validate && !report.ok()) problems.emplace_back(report.status().message());
+  if (options->validate && report.ok()) {
     json_extra.emplace_back("validation", ValidationReportToJson(*report));
     absl::StrAppend(&summary, "\nValidation: ", report->passed ? "PASSED" : "FAILED", " (",
-                    report->ops_checked, " nodes checked, ", report->perturbations_checked,
-                    " perturbations, ", report->failures.size(), " failures)\n");
+                    Count(report->ops_checked, "node", "nodes"), " checked, ",
+                    Count(report->perturbations_checked, "perturbation", "perturbations"), ", ",
+                    Count(report->failures.size(), "failure", "failures"), ")\n");
     for (const std::string& line : report->state_transition_only) {
       absl::StrAppend(&summary, "  state transition only: ", line, "\n");
     }
     if (!report->dead.empty()) {
       absl::StrAppend(&summary, "  dead (computed, never used; checked, not failures): ",
                       absl::StrJoin(report->dead, ", "), "\n");
+    }
+    if (!report->cut_off.empty()) {
+      absl::StrAppend(&summary,
+                      "  not reached (the halt cut off what reads them; checked, not dead): ",
+                      absl::StrJoin(report->cut_off, ", "), "\n");
     }
     for (const std::string& line : report->unproved) {
       absl::StrAppend(&summary, "  unproved: ", line, "\n");
@@ -319,32 +405,37 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     for (const std::string& failure : report->failures) {
       absl::StrAppend(&summary, "  FAIL ", failure, "\n");
     }
-    if (!report->passed) *exit_code = kValidationFailed;
+    if (!report->passed) *exit_code = kAnswerIsNo;
   }
   if (options->hash) {
     absl::StrAppend(&summary, "\nStructure hash: ", StructureHash(*trace), "\n");
   }
   if (options->non_finite) {
     absl::StatusOr<std::string> described = DescribeNonFinite(*trace);
-    if (!described.ok()) return described.status();
-    absl::StrAppend(&summary, *described);
+    if (described.ok()) absl::StrAppend(&summary, *described);
+    if (!described.ok()) problems.emplace_back(described.status().message());
   }
   for (const std::string& module : options->modules) {
     absl::StatusOr<std::string> calls = DescribeModuleCalls(*trace, module);
-    if (!calls.ok()) return calls.status();
-    absl::StrAppend(&summary, *calls);
+    if (calls.ok()) absl::StrAppend(&summary, *calls);
+    if (!calls.ok()) problems.push_back(absl::StrCat("--module ", calls.status().message()));
   }
+  if (!reference_error.ok()) problems.emplace_back(reference_error.message());
   if (reference.has_value()) {
     // The reference is a, this trace b: differences read "reference vs this run".
     absl::StatusOr<Comparison> comparison = Compare(*reference, *trace);
-    if (!comparison.ok()) return comparison.status();
-    absl::StrAppend(&summary, "\nComparison with ", reference_name, " (a) of this run (b):\n",
-                    FormatComparison(*comparison));
+    if (comparison.ok()) {
+      absl::StrAppend(&summary, "\nComparison with ", reference_name, " (a) of this run (b):\n",
+                      FormatComparison(*comparison));
+      if (comparison->first_divergence.has_value()) *exit_code = kAnswerIsNo;
+    } else {
+      problems.emplace_back(comparison.status().message());
+    }
   }
   if (!options->edits.empty()) {
     absl::StatusOr<std::string> changes = ApplyEdits(*trace, options->edits);
-    if (!changes.ok()) return changes.status();
-    absl::StrAppend(&summary, *changes);
+    if (changes.ok()) absl::StrAppend(&summary, *changes);
+    if (!changes.ok()) problems.emplace_back(changes.status().message());
   }
   // Every requested output is written even when another one fails; the failures are
   // reported together at the end.
@@ -366,6 +457,7 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
                                                               : ShowBuffers::kMeaningful;
     render.max_module_depth = options->render_depth;
     render.rolled = options->rolled;
+    render.library_branches = options->library_branches;
     return RenderToFile(*trace, path, render);
   });
   output(options->json_file, "JSON",
@@ -374,16 +466,20 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
          [&](const std::string& path) { return WriteChromeTrace(*trace, path); });
   output(options->save_file, "Trace file",
          [&](const std::string& path) { return SaveTrace(*trace, path); });
+  if (!options->stream_file.empty()) {  // written by the capture
+    absl::StrAppend(&summary, "Trace file written to ", options->stream_file,
+                    " during the capture\n");
+  }
   const absl::Status summary_written =
       options->summary_file.empty()
           ? WriteStdout(summary)
           : WriteFileBytes(UserPath(options->summary_file), summary, "--summary file");
   if (!summary_written.ok()) failed.emplace_back(summary_written.message());
-  if (!failed.empty()) {
-    return absl::UnavailableError(absl::StrCat(absl::StrJoin(failed, "; "),
-                                               static_cast<int>(failed.size()) < outputs
-                                                   ? " (the other requested outputs were written)"
-                                                   : ""));
+  if (!failed.empty() || !problems.empty()) {
+    problems.insert(problems.end(), failed.begin(), failed.end());
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::StrJoin(problems, "; "),
+        static_cast<int>(failed.size()) < outputs ? " (everything else asked was done)" : ""));
   }
   return absl::OkStatus();
 }
@@ -407,7 +503,7 @@ int main(int argc, char** argv) {
   });
   if (!started.ok()) status = started;
   if (status.ok()) return exit_code;
-  const std::string message(status.message());
+  const std::string message = torchlens::InFlagTerms(status.message());
   std::cerr << "torchlens: error: " << message.substr(0, message.find('\n')) << "\n";
   return 2;
 }

@@ -59,3 +59,29 @@ trace = torch.load(sys.argv[1])
 assert torch.equal(perm["out"], torch.tensor([1, 2, 0])), perm["out"]
 print("constant tensor streamed after its fill")
 PY
+
+# The buffer entity (NOTE [The buffer entity in trace files]): a file written before each
+# buffer listed its versions, overwrites and write kinds loads as before, with the same
+# buffer table; a file whose lists contradict its ops is refused, naming the buffer.
+tools/torchlens --mode train --save "$TEST_TMPDIR/entity.pt" >"$TEST_TMPDIR/entity.txt"
+/usr/bin/python3 - "$TEST_TMPDIR/entity.pt" "$TEST_TMPDIR/old.pt" "$TEST_TMPDIR/contradicts.pt" <<'PY'
+import sys
+import torch
+trace = torch.load(sys.argv[1])
+for buffer in trace["buffers"]:
+    for key in ("versions", "num_overwrites", "write_kinds"):
+        del buffer[key]
+torch.save(trace, sys.argv[2])
+trace = torch.load(sys.argv[1])
+calls = [b for b in trace["buffers"] if b["address"] == "calls"][0]
+calls["write_kinds"] = ["reassign"]
+torch.save(trace, sys.argv[3])
+PY
+tools/torchlens --trace "$TEST_TMPDIR/old.pt" >"$TEST_TMPDIR/old.txt"
+diff <(sed -n '/^Buffers:/,$p' "$TEST_TMPDIR/entity.txt" | grep -v "written to") \
+  <(sed -n '/^Buffers:/,$p' "$TEST_TMPDIR/old.txt")
+if tools/torchlens --trace "$TEST_TMPDIR/contradicts.pt" >/dev/null 2>"$TEST_TMPDIR/err"; then
+  echo "a file whose write kinds contradict its ops loaded"; exit 1
+fi
+grep -q 'buffer "calls" lists versions \[buffer_1:1, buffer_1:2\] with 1 overwrites (reassign) but its ops give .* (inplace)' \
+  "$TEST_TMPDIR/err" || { cat "$TEST_TMPDIR/err"; exit 1; }

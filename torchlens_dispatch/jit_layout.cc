@@ -11,10 +11,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "torchlens_dispatch/layout_builder.h"
 #include "torchlens_dispatch/model_layout.h"
+#include "torchlens_dispatch/source_positions.h"
 
 namespace torchlens {
 namespace {
@@ -68,12 +68,10 @@ class CodeScan {
                   kind == c10::aten::wait) &&
                  fork.empty()) {
         fork = absl::StrCat(name, " ", kind == c10::aten::wait ? "waits for forked work" : "forks");
-        const torch::jit::SourceRange& range = node->sourceRange();
-        if (auto place = range.file_line_col()) {
-          const std::string line =
-              range.source()->get_line(range.source()->lineno_for_offset(range.start())).str();
-          absl::StrAppend(&fork, " at ", std::get<0>(*place), ":", std::get<1>(*place), ": ",
-                          absl::StripAsciiWhitespace(line));
+        // The model's Python line, as other errors give it, when the archive has debug
+        // information; its compiled code's otherwise.
+        if (std::shared_ptr<const SourcePosition> place = SourcePositionOf(node->sourceRange())) {
+          absl::StrAppend(&fork, " at ", place->file, ":", place->line, ": ", place->text);
         }
       } else if (kind == c10::prim::CallFunction) {
         if (auto callee = node->input(0)->type()->cast<c10::FunctionType>()) {

@@ -134,5 +134,20 @@ TEST(HandTraceTest, EdgeNoPerturbationCanProveIsUnprovedWithItsReason) {
   EXPECT_THAT(report.unproved, ElementsAre(HasSubstr("logical_or_1_1:1 <- input_1")));
 }
 
+// x * zeros, both complex: no value of x changes the product, and the saved zeros prove it
+// (ZeroedByAnotherArgument), for complex values as for real ones.
+TEST(HandTraceTest, ComplexProductWithAZeroFactor) {
+  TraceBuilder b;
+  const at::Tensor x = at::tensor({1.0, -2.0}).to(at::kComplexFloat) * c10::complex<double>(1, 1);
+  const at::Tensor zeros = at::zeros({2}, at::kComplexFloat);
+  const Ref input = b.AddInput(x);
+  const Ref zero_input = b.AddInput(zeros);
+  const Ref product = b.AddOp("aten::mul", "Tensor", {input, zero_input}, {x * zeros});
+  b.AddOutput(product);
+  const ValidationReport report = Validate(b.Build());
+  EXPECT_TRUE(report.passed) << absl::StrJoin(report.failures, "\n");
+  EXPECT_THAT(report.unproved, IsEmpty());
+}
+
 }  // namespace
 }  // namespace torchlens

@@ -102,8 +102,8 @@ class Validator {
       const Op& op = ops[i];
       position_ = i;
       seeded_ = false;
-      // A kernel that cannot run on what it saved (a sparse, meta or quantized tensor an
-      // op does not accept) is a verdict on that op, never an exception out of validation.
+      // Whatever throws while an op is checked is a verdict on that op, never an exception
+      // out of validation (NOTE [Checks that throw]).
       try {
         // NOTE [Arguments a trace file cannot hold]: such an op has nothing to re-run.
         if (op.is_compute() && (!op.saved() || ArgumentsNotKept(op))) {
@@ -114,7 +114,13 @@ class Validator {
           CheckOutput(op);
         }
       } catch (const std::exception& e) {
-        Fail(op, absl::StrCat("not checkable: ", FirstLine(e)));
+        // NOTE [Checks that throw]
+        // An exception out of validation's own checking (a conversion a value does not
+        // allow, a kernel that rejects what a check built) says nothing about the trace:
+        // the op is unproved, with the reason, as an edge no perturbation changes is. A
+        // failure needs evidence against the trace (a value that differs, a wrong parent),
+        // never the absence of a check.
+        Note(&unproved_, op, absl::StrCat(op.label, ": not checkable: ", FirstLine(e)));
       }
     }
   }
@@ -137,7 +143,8 @@ class Validator {
       try {
         CheckBufferVersion(op);
       } catch (const std::exception& e) {
-        Fail(op, absl::StrCat("not checkable: ", FirstLine(e)));
+        // See NOTE [Checks that throw].
+        Note(&unproved_, op, absl::StrCat(op.label, ": not checkable: ", FirstLine(e)));
       }
     }
     ValidationReport report;
@@ -146,6 +153,7 @@ class Validator {
     report.state_transition_only = Ordered(&state_transition_only_);
     report.not_checked = Ordered(&not_checked_);
     for (int index : DeadNodes(trace_)) report.dead.push_back(trace_.ops()[index].label);
+    for (int index : CutOffNodes(trace_)) report.cut_off.push_back(trace_.ops()[index].label);
     report.ops_checked = ops_checked_;
     report.perturbations_checked = perturbations_checked_;
     report.passed = report.failures.empty();
@@ -712,6 +720,7 @@ std::string ValidationReportToJson(const ValidationReport& report) {
   json["perturbations_checked"] = report.perturbations_checked;
   json["unproved"] = report.unproved;
   json["not_checked"] = report.not_checked;
+  json["cut_off"] = report.cut_off;
   // Labels read from a file may not be UTF-8: replaced (U+FFFD), never thrown.
   return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

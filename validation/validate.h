@@ -59,6 +59,10 @@ struct ValidationReport {
   // save (NOTE [Selective saving]), and the outputs, buffer versions and alias writes whose
   // value came from one. Never failures.
   std::vector<std::string> not_checked;
+  // A halted trace (graph/dead_nodes.h, HaltedForward): labels of the nodes whose readers
+  // the halt cut off. Replayed and value-checked like every node; not dead computation,
+  // and never failures.
+  std::vector<std::string> cut_off;
 };
 
 struct ValidationOptions {

@@ -44,6 +44,18 @@ at::Tensor MinusOneMinus(const at::Tensor& value) {
   return at::rsub(value, -1.0);
 }
 
+// A large finite value of a floating or complex dtype: 1e30 is none in half precision.
+double LargeFinite(at::ScalarType type) {
+  return type == at::kHalf || type == at::kComplexHalf ? 65504.0 : 1e30;
+}
+
+// A view of the first element of `t` (at index 0 in every dimension), whatever its strides.
+at::Tensor FirstElement(const at::Tensor& t) {
+  at::Tensor first = t;
+  for (int64_t d = 0; d < t.dim(); ++d) first = first.narrow(d, 0, 1);
+  return first;
+}
+
 }  // namespace
 
 std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor& expected) {
@@ -66,7 +78,10 @@ std::optional<std::string> Difference(const at::Tensor& actual, const at::Tensor
     const at::Tensor a = actual.is_quantized() ? actual.dequantize() : actual.to_dense();
     const at::Tensor b = expected.is_quantized() ? expected.dequantize() : expected.to_dense();
     if (a.is_floating_point() || a.is_complex()) {
-      const at::Tensor diff = (a.to(at::kDouble) - b.to(at::kDouble)).abs();
+      // Complex values differ by the modulus of their difference (a cast to double would
+      // drop the imaginary parts).
+      const c10::ScalarType wide = a.is_complex() ? at::kComplexDouble : at::kDouble;
+      const at::Tensor diff = (a.resolve_conj().to(wide) - b.resolve_conj().to(wide)).abs();
       const at::Tensor finite = at::where(at::isnan(diff), at::zeros_like(diff), diff);
       const bool nan_placement = at::isnan(diff).any().item<bool>();
       if (finite.max().item<double>() == 0 && !nan_placement) {
@@ -111,7 +126,7 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
         return at::zeros_like(value);
       case 3: {
         at::Tensor flipped = value.clone();
-        flipped.view({-1})[0] = !value.reshape({-1})[0].item<bool>();
+        if (value.numel() > 0) FirstElement(flipped).logical_not_();
         return flipped;
       }
       default:
@@ -121,7 +136,7 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
   if (attempt == 0) return floating ? MinusOneMinus(value) : value + 1;
   if (attempt < kArithmeticPerturbations) {
     if (!floating) return attempt == 1 ? value - 1 : -value;
-    const double magnitude = value.abs().max().item<double>() + 1.0;
+    const double magnitude = value.numel() == 0 ? 1.0 : value.abs().max().item<double>() + 1.0;
     return attempt == 1
                ? value + 1000.0 * magnitude
                : at::randn(value.sizes(), generator(), value.options()) * (3.0 * magnitude);
@@ -133,9 +148,16 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
     case 1:
       return at::ones_like(value);
     case 2: {
+      // In the value's own dtype, never through a double: a complex element has no double,
+      // and an int64 beyond 2^53 has none that differs from it by one.
       at::Tensor changed = value.clone();
-      changed.view({-1})[0] = floating ? -1.0 - value.reshape({-1})[0].item<double>()
-                                       : value.reshape({-1})[0].item<double>() + 1.0;
+      if (changed.numel() == 0) return changed;
+      at::Tensor first = FirstElement(changed);
+      if (floating) {
+        first.neg_().sub_(1);
+      } else {
+        first.add_(1);
+      }
       return changed;
     }
     case 3:
@@ -151,7 +173,8 @@ std::optional<at::Tensor> Perturbation(const at::Tensor& value, int attempt,
       if (floating) return at::full_like(value, std::numeric_limits<double>::quiet_NaN());
       return std::nullopt;
     case 7:
-      if (floating) return at::full_like(value, 1e30);
+      // The largest finite value of the dtype: 1e30 is none for half precision.
+      if (floating) return at::full_like(value, LargeFinite(value.scalar_type()));
       return std::nullopt;
     default:
       return std::nullopt;

@@ -152,9 +152,20 @@ constexpr IndexingOp kIndexingOps[] = {
     {"aten::take", 0},  {"aten::take_along_dim", 0},
 };
 
+// Whether every element of `t` equals its first, compared in its own dtype (complex
+// values, int64 beyond 2^53 and bools compare exactly; NaN is no value's equal).
 bool Uniform(const at::Tensor& t) {
-  return t.defined() && t.numel() > 0 && !t.is_complex() && t.layout() == at::kStrided &&
-         !t.is_quantized() && (t == t.flatten()[0].item()).all().item<bool>();
+  return t.defined() && t.numel() > 0 && t.layout() == at::kStrided && !t.is_quantized() &&
+         (t == t.flatten()[0]).all().item<bool>();
+}
+
+// Whether two scalar arguments are the same number: integers compared as integers (two
+// int64 beyond 2^53 can be one double), the rest as complex doubles.
+bool SameNumber(const c10::Scalar& a, const c10::Scalar& b) {
+  if (a.isIntegral(/*includeBool=*/true) && b.isIntegral(/*includeBool=*/true)) {
+    return a.toLong() == b.toLong();
+  }
+  return a.toComplexDouble() == b.toComplexDouble();
 }
 
 // Ops that decide rather than compute: their output may legitimately not react to any
@@ -316,8 +327,11 @@ bool ShapeOnly(absl::string_view op, absl::string_view overload, int tensor_inde
   return Listed(kShapeOnlyArguments, op, tensor_index);
 }
 
-bool ZeroedByAnotherArgument(absl::string_view op, const std::vector<at::Tensor>& saved,
-                             const std::vector<int>& parent_indexes) {
+// The exemptions' checks convert and compare saved values that may be of any dtype; one
+// that throws on a value exempts nothing (NOTE [Checks that throw] in validation/validate.cc).
+static bool ZeroedByAnotherArgumentOrThrow(absl::string_view op,
+                                           const std::vector<at::Tensor>& saved,
+                                           const std::vector<int>& parent_indexes) {
   for (const Product& product : kProducts) {
     if (product.op != op) continue;
     for (int f = 0; f < 2; ++f) {
@@ -329,8 +343,8 @@ bool ZeroedByAnotherArgument(absl::string_view op, const std::vector<at::Tensor>
         continue;
       }
       const at::Tensor& factor = saved[other];
-      if (factor.defined() && factor.numel() > 0 && !factor.is_complex() &&
-          !(factor != 0).any().item<bool>()) {
+      // Complex factors too: `x @ zeros(2, 2, dtype=complex64)`.
+      if (factor.defined() && factor.numel() > 0 && !(factor != 0).any().item<bool>()) {
         return true;
       }
     }
@@ -338,10 +352,19 @@ bool ZeroedByAnotherArgument(absl::string_view op, const std::vector<at::Tensor>
   return false;
 }
 
-bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args,
-                           const std::vector<at::Tensor>& saved,
-                           const std::vector<int>& parent_indexes,
-                           const std::vector<at::Tensor>& outputs) {
+bool ZeroedByAnotherArgument(absl::string_view op, const std::vector<at::Tensor>& saved,
+                             const std::vector<int>& parent_indexes) {
+  try {
+    return ZeroedByAnotherArgumentOrThrow(op, saved, parent_indexes);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+static bool DataDependentlyExemptOrThrow(absl::string_view op, c10::ArrayRef<c10::IValue> args,
+                                         const std::vector<at::Tensor>& saved,
+                                         const std::vector<int>& parent_indexes,
+                                         const std::vector<at::Tensor>& outputs) {
   const auto only = [&](int index) {
     return parent_indexes.size() == 1 && parent_indexes[0] == index;
   };
@@ -460,7 +483,7 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
     } else if (saved.size() == 2 && parent_indexes[0] <= 1) {
       other = saved[1 - parent_indexes[0]];
     }
-    if (!other.defined() || other.numel() == 0 || other.is_complex()) return false;
+    if (!other.defined() || other.numel() == 0) return false;
     try {
       return absorbs_zero ? !(other != 0).any().item<bool>()
                           : (at::bitwise_not(other) == 0).all().item<bool>();
@@ -471,13 +494,13 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
   // pow(x, 0) is all ones, and so is pow(1, e).
   if ((op == "aten::pow" || op == "aten::pow_") && only(0) && args.size() == 2) {
     const c10::IValue& constant = args[0].isScalar() ? args[0] : args[1];
-    if (constant.isScalar() && !constant.toScalar().isComplex()) {
-      return constant.toScalar().toDouble() == (args[0].isScalar() ? 1.0 : 0.0);
+    if (constant.isScalar()) {
+      return SameNumber(constant.toScalar(), c10::Scalar(args[0].isScalar() ? 1 : 0));
     }
   }
   if (op == "aten::clamp" && only(0) && args.size() >= 3 && args[1].isScalar() &&
       args[2].isScalar()) {
-    if (args[1].toScalar().toDouble() == args[2].toScalar().toDouble()) return true;
+    if (SameNumber(args[1].toScalar(), args[2].toScalar())) return true;
   }
   // A clamp that clamped every element to one bound (`idx.clamp(max=0)` with every idx
   // above it), a guard that fired everywhere: the input decided nothing the perturbations
@@ -512,6 +535,17 @@ bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args
     return !covered.any().item<bool>();
   }
   return false;
+}
+
+bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args,
+                           const std::vector<at::Tensor>& saved,
+                           const std::vector<int>& parent_indexes,
+                           const std::vector<at::Tensor>& outputs) {
+  try {
+    return DataDependentlyExemptOrThrow(op, args, saved, parent_indexes, outputs);
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 bool Predicate(absl::string_view op, const std::vector<at::Tensor>& outputs) {

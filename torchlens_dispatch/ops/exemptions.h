@@ -92,13 +92,14 @@ bool Uninitialized(absl::string_view op);
 absl::string_view NotReproducible(absl::string_view op, c10::ArrayRef<c10::IValue> args);
 
 // Whether the tensors `parent_indexes` are factors of a product whose other factor, in
-// the saved arguments `saved`, is all zeros (stochastic depth's dropped block).
+// the saved arguments `saved`, is all zeros (stochastic depth's dropped block), for any
+// dtype (a complex zero factor too). Never throws: a check that cannot run exempts nothing.
 bool ZeroedByAnotherArgument(absl::string_view op, const std::vector<at::Tensor>& saved,
                              const std::vector<int>& parent_indexes);
 
 // Whether the saved values prove that the arguments `parent_indexes` cannot change this
 // call's output (NOTE [Data-dependent exemptions]). `args` are the call's arguments,
-// `saved` its tensor arguments and `outputs` its tensor results.
+// `saved` its tensor arguments and `outputs` its tensor results. Never throws.
 bool DataDependentlyExempt(absl::string_view op, c10::ArrayRef<c10::IValue> args,
                            const std::vector<at::Tensor>& saved,
                            const std::vector<int>& parent_indexes,
