@@ -139,7 +139,7 @@ struct CaptureRecord {
   // Param ids (SourceRecord::kParam) index this.
   std::shared_ptr<const std::vector<std::string>> param_addresses;
   // A saving capture's parameter arguments by reference, by param id (NOTE [Parameters
-  // read by reference] in torchlens_dispatch/recorder.h): a kParam source without a slot
+  // read by reference] in torchlens_dispatch/parameter_state.h): a kParam source without a slot
   // holds param_slots[id]'s value when that is set (the value from before the forward
   // wrote the parameter), else param_values[id]; null when the capture saves nothing.
   std::shared_ptr<const std::vector<at::Tensor>> param_values;

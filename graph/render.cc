@@ -284,8 +284,8 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
       const Cluster& inner = clusters[child];
       if (inner.children.empty() && inner.statements.size() == 1) {
         // A module drawn as one node needs no frame around it: its node says "@module".
-        // Graphviz lays out each cluster on its own, which made a 4,000-op MLP (a module
-        // per op) 10x slower to draw (README "Pictures and files").
+        // Graphviz lays out each cluster on its own, which makes a model with a module per
+        // op many times slower to draw.
         absl::StrAppend(&dot, indent, inner.statements[0], "\n");
         continue;
       }

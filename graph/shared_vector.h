@@ -13,7 +13,7 @@
 // what a `std::vector` costs to build (one allocation, `reserve` then `push_back`), and
 // copying one touches one cache line. `parent_params` stays an inlined vector: most ops
 // read at most two parameters, and a shared block would add an allocation to every op of
-// every capture (2% on mlp50) to save one on a fork.
+// every capture to save one on a fork.
 //
 // Reads look like a `const std::vector<T>` (size, iteration, `[]`); writes go through
 // `push_back`, `resize`, assignment, `mutable_at` and `mutable_span`. A `SharedVector` is
@@ -23,8 +23,8 @@
 // NOTE [Vectors built in one arena]
 // Building a trace gives every op three such vectors, and a block each was three
 // allocations and three frees per op: on small-op models, where the allocator's small
-// bins are drained and merged by the forward pass around it, 0.1 us per op of a capture
-// (README "Performance"). A `SharedVectorArena` holds the blocks of many vectors in one
+// bins are drained and merged by the forward pass around it, that is a visible share of a
+// capture. A `SharedVectorArena` holds the blocks of many vectors in one
 // allocation, each block laid out as a standalone one would be (count, sizes, elements):
 // a vector made there behaves exactly like any other (copies share it, writes past its
 // capacity or through a copy move it to a block of its own), and the arena's memory is

@@ -115,7 +115,7 @@ Trace::Trace(const Trace& other) : Trace(Assemble(other.Parts())) {}
 // `parents` and `children`), and freeing a block reads its header. The ops built last are
 // the ones still in cache when a trace is dropped right after its capture (the common
 // case: inspect, then drop), so the ops are destroyed from the back, which is faster on
-// traces larger than the L2 cache and costs nothing on small ones (README "Performance").
+// traces larger than the L2 cache and costs nothing on small ones.
 // A trace whose graph was never built frees only its capture record.
 Trace::~Trace() {
   if (graph_ == nullptr) return;

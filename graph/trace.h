@@ -359,7 +359,7 @@ class Trace {
   }
   // NOTE [Graphs built on first use]
   // Labelling the nodes and building one `Op` per node (strings, edge lists) costs a capture
-  // about as much as recording the forward did, on small-op models (README "Performance").
+  // about as much as recording the forward did, on small-op models.
   // A service that captures on its request thread and hands the trace to another thread
   // (to write it, or validate it) should not pay that on the request thread, and a sampled
   // capture that is dropped should not pay it at all. So a captured trace keeps its compact

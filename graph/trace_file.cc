@@ -603,7 +603,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
       buffer.module_address = b.String(d, "module_address");
       buffer.initial_value = b.Tensor(d, "initial_value");
       buffer.final_value = b.Tensor(d, "final_value");
-      // Absent from files of torchlens before 2026-12-03: no buffers on one storage known.
+      // Absent from older files: no buffers on one storage known.
       if (d.contains("same_tensor_as")) buffer.same_tensor_as = b.Strings(d, "same_tensor_as");
       if (d.contains("shares_storage_with")) {
         buffer.shares_storage_with = b.Strings(d, "shares_storage_with");

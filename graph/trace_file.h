@@ -14,8 +14,8 @@
 // members, in its order, and "creation_args_complete" (false when an argument could not be
 // written, and "creation_args" is then empty); tensors as tensors, `None` when absent. Each buffer
 // has "address", "module_address", "initial_value", "final_value", "same_tensor_as" and
-// "shares_storage_with" (lists of addresses; absent from files written before 2026-12-03,
-// which load with both empty). Tensors shared by
+// "shares_storage_with" (lists of addresses; absent from older files, which load with
+// both empty). Tensors shared by
 // several ops are stored once. LoadTrace gives back an equal `Trace`: same labels, edges,
 // buffer entities, and bit-identical tensors. Version 2 added each op's "alias_writes"
 // (dicts of "before", "written_tensor", "aliased" and "written" geometries, "value") and

@@ -142,14 +142,14 @@ absl::Status TraceFileWriter::Error() const {
 void TraceFileWriter::WriteQueued() {
   // NOTE [Writing off the capturing thread]
   // Computing a record's CRC-32 and writing it take about as long as the forward that
-  // made it (README "Performance", "Capture to disk"). AddValue therefore only copies the
+  // made it. AddValue therefore only copies the
   // value (the model may write the tensor in place as soon as it returns) and queues the
   // copy; this thread writes the queue in order. The copies queued or being written hold
   // at most kQueueBytes (or one value, when a value is larger), so the capture's memory
   // stays bounded: AddValue waits for room. A value larger than the whole queue is not
   // copied: AddValue waits until the queue is written and writes it itself (a large model's
-  // values, 100 MB each, would otherwise be copied and then waited for anyway, and copying
-  // made ResNet-152 at batch 32 2.6x slower to capture). A written copy is freed by the thread that
+  // values, 100 MB each, would otherwise be copied and then waited for anyway). A written
+  // copy is freed by the thread that
   // made it, at its next AddValue, before a new copy is made: LibTorch's allocator reports memory
   // per thread, and a copy freed here would count forever on the capturing thread. Finish stops
   // this thread, after the queue is written, before it touches the file.

@@ -69,7 +69,7 @@ class TraceFileWriter {
   // The model is about to write `parameter` (given to AddParameter) in place, for the
   // first time: the file keeps its value from before the write, and so do the arguments
   // of the trace Finish returns that read it (NOTE [Parameters written through views] in
-  // torchlens_dispatch/recorder.h). Waits while the writer thread writes it.
+  // torchlens_dispatch/parameter_state.h). Waits while the writer thread writes it.
   void KeepParameterBeforeWrite(const at::Tensor& parameter);
 
   // Completes the file for `trace`, captured with its values streamed here (its other

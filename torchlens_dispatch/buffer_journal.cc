@@ -20,18 +20,18 @@ namespace {
 
 // A buffer's value as of now, sharing no memory with it and holding no autograd graph.
 // Most buffers are small and dense: CopyOfSaved copies those with one memcpy, which costs
-// a fraction of clone() (README "Performance": where a capture's time goes).
+// a fraction of clone().
 at::Tensor Snapshot(const at::Tensor& tensor) {
   return CopyOfSaved(tensor.requires_grad() ? DetachedAlias(tensor) : tensor);
 }
 
 // NOTE [Reassigned values by reference]
 // A recurrent state reassigned at every step (`self.h = torch.tanh(...)`) gets a version
-// per step, and copying each step's new tensor cost a third of the journal's time on a
+// per step, and copying each step's new tensor would be most of the journal's work on a
 // recurrent model. Without a sink, no copy is needed:
 //   - The version's value. Without saved values it has none. With saved values, the
 //     tensor's producer saved it by reference in a slot that copy-on-write protects (NOTE
-//     [Copy-on-write of saved values] in recorder.h; the end of capture copies what still
+//     [Copy-on-write of saved values] in saved_value_index.h; the end of capture copies what still
 //     lives in a buffer's storage): the version shares that slot. A tensor no op produced,
 //     or whose producer was not saved (selective saving), is copied as before.
 //   - The buffer's `latest`, which tells whether a later fused write changed the value,

@@ -76,7 +76,7 @@ struct CaptureGuard::State {
         std::unique_ptr<TraceFileWriter> file)
       : file(std::move(file)), recorder(std::move(layout), training, options) {
     if (this->file != nullptr) {
-      // See NOTE [Parameters written through views] in recorder.h.
+      // See NOTE [Parameters written through views] in parameter_state.h.
       recorder.SetBeforeParameterWrite([writer = this->file.get()](const at::Tensor& parameter) {
         writer->KeepParameterBeforeWrite(parameter);
       });

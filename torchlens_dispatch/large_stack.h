@@ -3,8 +3,8 @@
 // NOTE [Calls LibTorch compiles by recursion]
 // torch::jit::load compiles a function's callees before the function, one nested call per
 // level of calls, and a model's first run inlines them the same way: a few KB of stack per
-// level. An archive whose functions each call the next, 1,500 deep, overflowed the main
-// thread's 8 MB (in Python's torch.jit.load too; a helper's review, 2026-12-06), far below
+// level. An archive whose functions each call the next, 1,500 deep, overflows the main
+// thread's 8 MB (in Python's torch.jit.load too), far below
 // what the archive checks bound. LoadTorchScript therefore loads on a thread with a 512 MiB
 // stack and refuses archives of more than 4,096 functions and methods, so that any chain of
 // them fits; the command-line tool runs on such a thread throughout, forward passes

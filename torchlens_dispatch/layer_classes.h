@@ -18,8 +18,8 @@ namespace torchlens {
 // is fixed for a model layout, and sites that share a key (one module's code inlined at
 // two call sites) are one layer. The layout numbers the distinct keys once, when a site is
 // first resolved against it; the site caches its number, and each capture maps numbers to
-// its own layer ids through a dense vector read in execution order. The hash-table probe
-// this replaces missed the cache on every op of a 4,000-op model (README "Performance").
+// its own layer ids through a dense vector read in execution order: a hash-table probe
+// misses the cache on every op of a model larger than the cache.
 class LayerClasses {
  public:
   LayerClasses() = default;

@@ -60,7 +60,7 @@ struct ModelLayout {
   };
   std::vector<ParamEntry> params;
   // By parameter id, each entry's `saved`: the values a saving capture's parameter
-  // arguments hold by reference (NOTE [Parameters read by reference] in recorder.h).
+  // arguments hold by reference (NOTE [Parameters read by reference] in parameter_state.h).
   std::vector<at::Tensor> param_values;
   // The parameters whose `saved` lives in each storage, and whether every parameter's
   // `saved` is a detached alias, which makes a storage with one holder no parameter's.
@@ -128,8 +128,8 @@ struct ModelLayout {
   std::vector<SlotCheck> checks;
 
   // How large the last capture of this model grew: the next one reserves as much, so its
-  // tables and record vectors do not rehash and reallocate as they fill (2,000-layer
-  // models spent a tenth of their capture time growing them). Hints only: relaxed atomics,
+  // tables and record vectors do not rehash and reallocate as they fill, which on models of
+  // thousands of layers is a large share of a capture. Hints only: relaxed atomics,
   // shared by threads capturing the same model.
   struct CaptureSizes {
     std::atomic<uint32_t> tensors{0};

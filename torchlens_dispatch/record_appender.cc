@@ -18,7 +18,7 @@ namespace {
 // since then have evicted it, so every new cache line of every vector is a miss when the
 // recorder first writes it, a few per op. Once per op the recorder asks for the line
 // 512 bytes past the end of each vector, for writing, so that the line is on its way
-// several ops before it is needed (README "Performance").
+// several ops before it is needed.
 template <typename T>
 void PrefetchAppend(const std::vector<T>& records) {
   constexpr uintptr_t kBytesAhead = 512;

@@ -3,7 +3,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/isfinite.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -72,15 +71,12 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
     : layout_(std::move(layout)),
       options_(options),
       record_(options_.save_activations, training),
-      module_addresses_(ModuleTree{layout_->serial, layout_->module_addresses, &layout_->module_ids,
-                                   &layout_->module_types, &layout_->module_children,
-                                   &layout_->layer_classes}),
-      script_sites_(&module_addresses_),
-      streaming_(!options_.save_activations && options_.value_sink != nullptr),
-      saves_(options_.save_activations || streaming_),
+      placement_(*layout_),
+      policy_(options_, *layout_),
+      params_(*layout_),
       journal_(*layout_, &record_, this, options_.save_activations) {
   NoCapture no_capture(kCaptureKey);
-  if (options_.value_sink) record_.SetValueSink(&options_.value_sink, streaming_);
+  if (options_.value_sink) record_.SetValueSink(&options_.value_sink, policy_.streaming());
   CaptureRecord& record = record_.record();
   record.module_addresses = layout_->module_addresses;
   record.layout = layout_;
@@ -94,29 +90,10 @@ Recorder::Recorder(std::shared_ptr<const ModelLayout> layout, bool training, Cap
   const ModelLayout::CaptureSizes& last = layout_->last_capture_sizes;
   constexpr auto kRelaxed = std::memory_order_relaxed;
   tensors_.reserve(last.tensors.load(kRelaxed));
-  storages_.reserve(last.storages.load(kRelaxed));
-  unindexed_values_.reserve(last.slots.load(kRelaxed));
-  layers_.reserve(last.layers.load(kRelaxed));
+  index_.storages().reserve(last.storages.load(kRelaxed));
+  index_.unindexed().reserve(last.slots.load(kRelaxed));
   record.layer_positions.reserve(last.layers.load(kRelaxed));
-  layer_of_class_.assign(last.layer_classes.load(kRelaxed), -1);
   record_.Reserve(last);
-  // See NOTE [Selective saving].
-  selective_ = options_.save_activations &&
-               (!options_.save_modules.empty() || !options_.save_types.empty() ||
-                !options_.save_labels.empty() || options_.save_if != nullptr);
-  if (options_.halt_after.find(':') != std::string::npos) {
-    halt_label_ = options_.halt_after;
-  } else if (!options_.halt_after.empty()) {
-    auto it = layout_->module_ids.find(options_.halt_after);
-    if (it != layout_->module_ids.end()) halt_module_ = it->second;
-  }
-  for (const std::string& address : options_.save_modules) {
-    auto it = layout_->module_ids.find(address);
-    if (it != layout_->module_ids.end()) save_module_ids_.push_back(it->second);
-  }
-  may_halt_ = !options_.halt_after.empty() || options_.stop_at_non_finite;
-  labels_needed_ = !halt_label_.empty() ||
-                   (selective_ && (!options_.save_labels.empty() || options_.save_if != nullptr));
   // Parameters are recognised on first use (AddUnseen), not registered one by one here:
   // see NOTE [Model layouts].
   for (const ModelLayout::AttributeEntry& attribute : layout_->tensor_attributes) {
@@ -148,7 +125,7 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
     info.symbol = c10::Symbol::fromQualString(schema.name());
     info.random = ConsumesRandomness(op);
     info.type = OpTypeName(op.operator_name());
-    if (labels_needed_) info.type_id = numbering_.TypeId(info.type);
+    info.type_id = policy_.TypeId(info.type);
     for (const c10::Argument& ret : schema.returns()) {
       if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) info.returns_view = true;
     }
@@ -162,13 +139,13 @@ const Recorder::OpInfo& Recorder::Info(const c10::OperatorHandle& op) {
 
 void Recorder::OnOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                     torch::jit::Stack* stack) {
-  if (inert_) {
+  if (progress_.inert) {
     // NOTE [Capture failures]: after a failure the model just runs.
     NoCapture hide_nested(kCaptureKey);
     op.redispatchBoxed(keys & kBelowCaptureKey, stack);
     return;
   }
-  if (depth_ > 0) {
+  if (progress_.depth > 0) {
     OnNestedOp(op, keys, stack);
   } else {
     OnUserOp(op, keys, stack);
@@ -187,7 +164,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   } catch (const std::exception& e) {
     record_.DropArguments(node);
     Abandon(e);
-    DepthGuard depth(&depth_);
+    DepthGuard depth(&progress_.depth);
     NoCapture hide_nested(kCaptureKey);
     op.redispatchBoxed(keys & kBelowCaptureKey, stack);
     return;
@@ -201,7 +178,7 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 
   const int64_t start_ns = options_.time_ops ? NowNs() : 0;
   try {
-    DepthGuard depth(&depth_);
+    DepthGuard depth(&progress_.depth);
     if (prepared.observe_nested && prepared.nested_watched) {
       // See NOTE [Watching nested writes] in write_watch.h.
       NoCapture hide_nested(kCaptureKey);
@@ -216,10 +193,10 @@ void Recorder::OnUserOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   } catch (const std::exception& e) {
     record_.DropArguments(node);
     journal_.DropPendingWrites();
-    overwritten_.clear();
-    if (!moved_aliases_.empty()) IndexMovedAliases();
-    if (failure_.ok()) {
-      failure_ = absl::AbortedError(absl::StrCat(
+    index_.overwritten().clear();
+    if (index_.has_moved_aliases()) index_.IndexMovedAliases();
+    if (progress_.failure.ok()) {
+      progress_.failure = absl::AbortedError(absl::StrCat(
           "the forward pass threw while capturing (", op.operator_name().name, ": ", FirstLine(e),
           "); the trace would be incomplete. Fix the error and capture again"));
     }
@@ -264,7 +241,7 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   prepared.symbol = info->symbol;
   Identify(*info, node, &prepared);
   if (prepared.halt_before) return prepared;
-  if (selective_ && prepared.save) {
+  if (policy_.selective() && prepared.save) {
     // An argument whose producer was not saved (NOTE [Selective saving]) is saved now,
     // its value as this op reads it.
     size_t s = 0;
@@ -283,7 +260,7 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
       });
     }
   }
-  if (prepared.save && !streaming_) {
+  if (prepared.save && !policy_.streaming()) {
     for (const c10::IValue& arg : args) {
       // Lists are shared and mutable: TorchScript code may append to one after the call
       // (DenseNet appends to the list it passed to aten::cat). Keep the call's contents.
@@ -305,8 +282,8 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
   }
   record_.EndArguments(node, sources);
   journal_.DropPendingWrites();
-  overwritten_.clear();
-  if (!moved_aliases_.empty()) IndexMovedAliases();
+  index_.overwritten().clear();
+  if (index_.has_moved_aliases()) index_.IndexMovedAliases();
   if (!info->written_arguments.empty()) {
     // Written arguments are named by their tensor index, the position of their source.
     int32_t tensor_index = 0;
@@ -363,90 +340,22 @@ Recorder::PreparedOp Recorder::Prepare(const c10::OperatorHandle& op, torch::jit
 }
 
 void Recorder::Identify(const OpInfo& info, NodeRecord* node, PreparedOp* prepared) {
-  const ScriptSite site = layout_->torchscript ? script_sites_.Current(info.symbol)
-                          : layout_->eager     ? EagerSite()
-                                               : ScriptSite{};
-  node->module =
-      site.in_script || layout_->eager ? site.module : std::max<int32_t>(prepared->owner_module, 0);
-  if (site.in_script && site.unknown_instance && prepared->owner_module >= 0 &&
-      IsWithin(prepared->owner_module, site.module)) {
-    // TorchScript could not name the submodule (a ModuleList iterated in a loop): the
-    // module owning the parameters or buffers the op reads names it.
-    node->module = prepared->owner_module;
-  }
-  node->op = info.index;
-  node->layer = LayerOf(node->module, info.index, site);
   CaptureRecord& record = record_.record();
-  if (static_cast<size_t>(node->layer) >= record.layer_positions.size()) {  // its first op
+  const OpPlacement::Place place = placement_.Locate(
+      info.symbol, info.index, prepared->owner_module, &record.source_position_owners);
+  node->module = place.module;
+  node->op = info.index;
+  node->layer = place.layer;
+  if (place.new_layer) {
     // Layer ids are numbered in order of first use, so this appends one.
     record.layer_positions.resize(node->layer, nullptr);
-    record.layer_positions.push_back(  // NOTE [Source positions]
-        script_sites_.PositionOf(site, &record.source_position_owners));
+    record.layer_positions.push_back(place.first_position);  // NOTE [Source positions]
   }
-  prepared->save = saves_ && !over_budget_;
-  if (options_.max_saved_bytes >= 0 && saved_bytes_ > options_.max_saved_bytes && prepared->save) {
-    over_budget_ = true;  // NOTE [Selective saving]: from here on, metadata only
-    prepared->save = false;
-  }
-  if (halt_module_ >= 0) {
-    const bool inside = node->module == halt_module_ || IsWithin(node->module, halt_module_);
-    if (inside) halt_module_entered_ = true;
-    prepared->halt_before = !inside && halt_module_entered_;
-  }
-  if (!labels_needed_ && !selective_) return;
-  std::string label;
-  if (labels_needed_) {
-    const LayerNumbering::Numbers numbers = numbering_.Next(node->layer, info.type_id);
-    label = LayerPassLabel(info.type, numbers.type_index, numbers.step_index, numbers.pass);
-    prepared->halt_after = label == halt_label_;
-  }
-  if (!selective_ || !prepared->save) return;
-  // See NOTE [Selective saving].
-  prepared->save =
-      std::any_of(save_module_ids_.begin(), save_module_ids_.end(),
-                  [&](int32_t id) { return node->module == id || IsWithin(node->module, id); }) ||
-      std::find(options_.save_types.begin(), options_.save_types.end(), info.type) !=
-          options_.save_types.end() ||
-      std::find(options_.save_labels.begin(), options_.save_labels.end(), label) !=
-          options_.save_labels.end() ||
-      (options_.save_if != nullptr &&
-       options_.save_if(OpQuery{label, info.type, module_addresses_.Address(node->module),
-                                record_.record().operators[info.index].name}));
-}
-
-bool Recorder::ReturnsNonFinite(c10::ArrayRef<c10::IValue> returns) {
-  NoCapture no_capture(kCaptureKey);
-  bool non_finite = false;
-  for (const c10::IValue& value : returns) {
-    ForEachTensor(value, [&](const at::Tensor& t) {
-      if (non_finite || !t.defined() || t.layout() != at::kStrided || t.numel() == 0 ||
-          !(t.is_floating_point() || t.is_complex())) {
-        return;
-      }
-      non_finite = !at::isfinite(t).all().item<bool>();
-    });
-  }
-  return non_finite;
-}
-
-void Recorder::Halt(int32_t node, std::string reason) {
-  // The forward stops here: the model's buffers and written parameters go back to their
-  // values before it, and the capture records nothing more.
-  NoCapture no_capture(kCaptureKey);
-  halted_ = true;
-  inert_ = true;
-  // Saved values that alias a buffer or a written parameter (an in-place op's output is
-  // the tensor itself) keep what the forward computed; the restores below would otherwise
-  // write them too.
-  CopySavedValuesOfModelState(journal_.InitialStorages());
-  journal_.RestoreInitialState();
-  RestoreWrittenParameters();
-  CaptureRecord& record = record_.record();
-  record.partial_node = node;
-  record.partial_reason = std::move(reason);
-  throw CaptureHalted(
-      "torchlens: the capture halted the forward (CaptureOptions::halt_after "
-      "or stop_at_non_finite)");
+  const SavePolicy::Decision decision =
+      policy_.Decide(info.type, info.type_id, record.operators[info.index].name, place, placement_);
+  prepared->save = decision.save;
+  prepared->halt_before = decision.halt_before;
+  prepared->halt_after = decision.halt_after;
 }
 
 int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit::Stack* stack) {
@@ -454,7 +363,9 @@ int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit
   record_.PrefetchAhead();
   const int32_t index = record_.AddOp(node);
   if (C10_UNLIKELY(prepared.uninitialized)) record_.DeferStreaming(true);
-  if (over_budget_ && record_.record().partial_node < 0) record_.record().partial_node = index;
+  if (policy_.over_budget() && record_.record().partial_node < 0) {
+    record_.record().partial_node = index;
+  }
   const c10::ArrayRef<c10::IValue> returns = torch::jit::last(*stack, prepared.num_returns);
   int32_t output_index = 0;
   for (const c10::IValue& value : returns) {
@@ -465,30 +376,14 @@ int32_t Recorder::Record(NodeRecord node, const PreparedOp& prepared, torch::jit
   if (C10_UNLIKELY(prepared.uninitialized)) record_.DeferStreaming(false);
   if (!prepared.view_bases.empty()) {
     for (const c10::IValue& value : returns) {
-      ForEachTensor(value,
-                    [&](const at::Tensor& view) { IndexAliases(view, prepared.view_bases); });
+      ForEachTensor(
+          value, [&](const at::Tensor& view) { index_.IndexAliases(view, prepared.view_bases); });
     }
   }
   if (journal_.has_pending_writes()) journal_.CommitWrites(index, returns);
-  if (!overwritten_.empty()) RecordAliasWrites(index);
-  if (!moved_aliases_.empty()) IndexMovedAliases();
+  if (!index_.overwritten().empty()) RecordAliasWrites(index);
+  if (index_.has_moved_aliases()) index_.IndexMovedAliases();
   return index;
-}
-
-void Recorder::Abandon(const std::exception& e) {
-  journal_.DropPendingWrites();
-  overwritten_.clear();
-  moved_aliases_.clear();
-  inert_ = true;
-  if (!failure_.ok()) return;
-  const bool memory = IsOutOfMemory(e);
-  const std::string message = absl::StrCat(
-      memory ? "out of memory while saving values during capture (" : "capture failed (",
-      FirstLine(e),
-      "); the forward pass was not affected but the trace is incomplete and was dropped. ",
-      memory ? "Free memory, or capture with CaptureOptions::save_activations = false"
-             : "Report this with the model that triggers it");
-  failure_ = memory ? absl::ResourceExhaustedError(message) : absl::InternalError(message);
 }
 
 void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
@@ -496,12 +391,12 @@ void Recorder::OnNestedOp(const c10::OperatorHandle& op, c10::DispatchKeySet key
   const OpInfo& info = Info(op);
   // A kernel's own in-place view ops write no bytes (NOTE [In-place view ops]).
   if (!info.written_arguments.empty() && !info.inplace_view) PrepareNestedWrites(info, *stack);
-  DepthGuard depth(&depth_);
+  DepthGuard depth(&progress_.depth);
   op.redispatchBoxed(keys & kBelowCaptureKey, stack);
 }
 
 void Recorder::OnNestedWrite(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (inert_) return;
+  if (progress_.inert) return;
   // A copy-on-write clone dispatches a write of its own: neither key may see it.
   c10::impl::ExcludeDispatchKeyGuard unwatched(c10::DispatchKeySet({kCaptureKey, kWriteWatchKey}));
   const OpInfo& info = Info(op);
@@ -521,7 +416,7 @@ void Recorder::PrepareNestedWrites(const OpInfo& info, const torch::jit::Stack& 
 bool Recorder::Stale(const TensorEntry& entry, const c10::TensorImpl* impl) const {
   // See NOTE [Address reuse in unsaved mode]. A streaming capture's entries pin their
   // tensors' addresses (NOTE [Streaming identity]): a dead tensor's entry stays.
-  if (streaming_) return false;
+  if (policy_.streaming()) return false;
   return (entry.version.enabled() &&
           CounterOf(entry.version) != CounterOf(impl->version_counter())) ||
          (entry.alive.has_value() && entry.alive->expired());
@@ -545,7 +440,7 @@ Recorder::TensorEntry* Recorder::Find(const c10::TensorImpl* impl, bool pinned) 
 
 void Recorder::Pin(const at::Tensor& tensor, TensorEntry* entry) {
   if (entry->param >= 0 || entry->buffer >= 0) return;
-  if (streaming_) {
+  if (policy_.streaming()) {
     entry->alive.emplace(tensor.getIntrusivePtr());  // NOTE [Streaming identity]
   } else if (entry->slot >= 0 && record_.record().slots[entry->slot].unsafeGetTensorImpl() !=
                                      tensor.unsafeGetTensorImpl()) {
@@ -566,25 +461,6 @@ void Recorder::Pin(const at::Tensor& tensor, TensorEntry* entry) {
 void Recorder::Remember(const at::Tensor& tensor, TensorEntry entry) {
   Pin(tensor, &entry);
   tensors_.insert_or_assign(tensor.unsafeGetTensorImpl(), std::move(entry));
-}
-
-int32_t Recorder::ParamId(const c10::TensorImpl* impl) {
-  // See ModelLayout::param_order.
-  const std::vector<std::pair<const c10::TensorImpl*, int32_t>>& order = layout_->param_order;
-  if (next_param_ < order.size() && order[next_param_].first == impl) {
-    // The parameters expected 16 reads ahead, and their modules (ids follow the order but
-    // for tied parameters): both arrays are cold when a capture starts, and sequential
-    // reads spaced a whole op apart are too sparse for the hardware to see (NOTE [Cold
-    // record memory]).
-    const size_t ahead = std::min(next_param_ + 16, order.size() - 1);
-    __builtin_prefetch(&order[ahead]);
-    __builtin_prefetch(&layout_->param_modules[ahead]);
-    return order[next_param_++].second;
-  }
-  auto it = layout_->param_ids.find(impl);
-  if (it == layout_->param_ids.end()) return -1;
-  next_param_ = static_cast<size_t>(it->second) + 1;
-  return it->second;
 }
 
 SourceRecord Recorder::Resolve(const at::Tensor& tensor, bool* touches_buffer,
@@ -639,34 +515,27 @@ int32_t Recorder::Save(const at::Tensor& tensor, const c10::TensorImpl* live) {
   if (C10_UNLIKELY(saves_until_failure >= 0) && saves_until_failure-- == 0) {
     throw std::bad_alloc();
   }
-  if (streaming_) return SaveStreamed(tensor, live);
+  if (policy_.streaming()) return SaveStreamed(tensor, live);
   // Saved values never hold the user's autograd graph alive.
   const int32_t slot = record_.AddSlot(tensor.requires_grad() ? DetachedAlias(tensor) : tensor);
-  if (options_.max_saved_bytes >= 0) saved_bytes_ += static_cast<int64_t>(tensor.nbytes());
+  policy_.CountSaved(tensor);
   if (tensor.has_storage()) {
     // NOTE [Saved values indexed when a write needs them].
-    unindexed_values_.push_back(
+    index_.unindexed().push_back(
         {tensor.storage().unsafeGetStorageImpl(),
          SavedValue{slot, live != nullptr ? live : tensor.unsafeGetTensorImpl()}});
   }
   return slot;
 }
 
-void Recorder::IndexSavedValues() {
-  for (const UnindexedValue& value : unindexed_values_) {
-    storages_[value.storage].saved.push_back(value.saved);
-  }
-  unindexed_values_.clear();
-}
-
 void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tensor& tensor,
                               bool touches_buffer, bool save) {
   const int32_t slot = save && tensor.defined() ? Save(tensor) : -1;
   if (slot >= 0) {
-    if (slot >= static_cast<int32_t>(slot_producers_.size())) {
-      slot_producers_.resize(record_.num_slots(), {-1, 0});
+    if (slot >= static_cast<int32_t>(index_.slot_producers().size())) {
+      index_.slot_producers().resize(record_.num_slots(), {-1, 0});
     }
-    slot_producers_[slot] = {node, output_index};
+    index_.slot_producers()[slot] = {node, output_index};
   }
   record_.AddOutput(node, tensor, slot);
   if (!tensor.defined()) return;
@@ -696,63 +565,12 @@ void Recorder::RecordOpOutput(int32_t node, int32_t output_index, const at::Tens
     // it among the aliases (NOTE [Writes through views]).
     if (was_saved && slot < 0 && tensor.has_storage()) {
       StorageEntry* storage = nullptr;
-      IndexAlias(tensor, tensor.storage().unsafeGetStorageImpl(), &storage);
+      index_.IndexAlias(tensor, tensor.storage().unsafeGetStorageImpl(), &storage);
     }
     return;
   }
   if (touches_buffer) entry.aliases_buffer = AliasesBuffer(tensor);
   Pin(tensor, &entry);
-}
-
-bool Recorder::IsWithin(int32_t inner, int32_t outer) {
-  if (outer == 0) return true;
-  // Modules interned during the capture (ModuleAddresses' extra ones) have addresses too.
-  const std::string& a = module_addresses_.Address(inner);
-  const std::string& b = module_addresses_.Address(outer);
-  return a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '.';
-}
-
-ScriptSite Recorder::EagerSite() {
-  ScriptSite site;
-  if (!open_calls_.empty()) {
-    OpenCall& call = open_calls_.back();
-    site.module = call.module;
-    site.position = ++call.ops;
-  }
-  return site;
-}
-
-bool Recorder::EnterModule(const void* module) {
-  auto it = layout_->eager_module_ids.find(module);
-  if (it == layout_->eager_module_ids.end()) return false;
-  // A module's forward calling its own forward again (`super().forward(x)` through a
-  // patched base class) continues the call it is in.
-  if (!open_calls_.empty() && open_calls_.back().module == it->second) return false;
-  open_calls_.push_back(OpenCall{it->second, 0});
-  return true;
-}
-
-void Recorder::ExitModule() {
-  if (!open_calls_.empty()) open_calls_.pop_back();
-}
-
-int32_t Recorder::LayerOf(int32_t module, int32_t op_index, const ScriptSite& site) {
-  // See NOTE [Layers and passes].
-  if (!site.in_script && module == 0) return next_layer_++;
-  if (site.layer_class >= 0 && module == site.module) {
-    // See NOTE [Layer classes].
-    const size_t number = static_cast<size_t>(site.layer_class);
-    if (number >= layer_of_class_.size()) {
-      layer_of_class_.resize(std::max(number + 1, 2 * layer_of_class_.size()), -1);
-    }
-    int32_t& layer = layer_of_class_[number];
-    if (layer < 0) layer = next_layer_++;
-    return layer;
-  }
-  const LayerKey key{module, op_index, site.in_script || layout_->eager ? site.position : 0};
-  auto [it, inserted] = layers_.try_emplace(key, next_layer_);
-  if (inserted) ++next_layer_;
-  return it->second;
 }
 
 }  // namespace torchlens

@@ -28,80 +28,12 @@
 // not save (NOTE [Selective saving]), and those that require grad, whose saved value is a
 // detached alias (another TensorImpl). Every entry whose TensorImpl its slot does not
 // hold is pinned as below (a detached alias's original keeps its address with a weak
-// reference, as the saved value would); the name of this note is older than that rule. An
-// entry pins
-// the tensor's version counter: a small object that every new tensor allocates, shared
-// only by views and detached aliases of the same data, so a different counter at a known
-// address means a different tensor. Pinning it, not the TensorImpl (a weak reference),
-// lets the allocator hand the hot TensorImpl memory to the next op's output, which is
-// still in cache (README "Performance"). Tensors without a counter
+// reference, as the saved value would). An entry pins the tensor's version counter: a
+// small object that every new tensor allocates, shared only by views and detached aliases
+// of the same data, so a different counter at a known address means a different tensor.
+// Pinning it, not the TensorImpl (a weak reference), lets the allocator hand the hot
+// TensorImpl memory to the next op's output, which is still in cache. Tensors without a counter
 // (created under InferenceMode) keep a weak reference instead.
-//
-// NOTE [Copy-on-write of saved values]
-// Saved values are kept by reference (no copy). Before any write the capture sees (an
-// annotated in-place argument at any depth, or a fused mutator's state argument), every
-// saved value living in the written storage is replaced by a clone. Storages are indexed,
-// so this costs one hash lookup per written tensor, never a scan. A saved value that is
-// the written tensor itself is cloned even when it has no bytes to overlap: an out=
-// destination of zero elements (`torch.empty(0)`) is resized by the write, and the saved
-// value would otherwise take the new shape.
-//
-// NOTE [Saved values indexed when a write needs them]
-// The storage index of NOTE [Copy-on-write of saved values] is read only before a write
-// (and at the end), so Save only appends the value to a list; the values are added to
-// the index when something reads it. A model that writes nothing in place never builds
-// it; one with in-place ops moves the values saved since the last write into it at each
-// write, which is the work that indexing them one by one did. Built eagerly, an index of
-// mlp2000's 4,000 values (a table in memory the forward has evicted) cost a cache miss
-// per saved value (README "Performance"). Every saved value keeps its storage alive, so
-// a listed storage's address stays its own until the value is indexed.
-//
-// NOTE [Writes into memory no saved value shares]
-// Most nested writes fill the tensor their kernel has just made (addmm copies the bias
-// into its result before the product), so indexing the values saved since the last write
-// at each of them cost recurrent100 a hash insert per saved value and step. A saved value
-// holds a TensorImpl: either the written tensor itself, which the tensor table then knows
-// (its slot pins it, so its entry is not stale), or another TensorImpl on the same
-// storage, which then has more than one holder. So a write to a tensor the table does not
-// know, alone on its storage, shares no byte with an unindexed value, and leaves the list
-// as it is; the storage index is still read for what it already holds (dead views).
-//
-// NOTE [Writes through views]
-// `pad[:, :3].copy_(img)` writes the tensor `pad` through a view, and `x.mul_(2)` writes
-// every view of `x` taken before. Before an op writes a tensor, every saved value whose
-// bytes overlap it (found through the storage index, one lookup) is copied (NOTE
-// [Copy-on-write of saved values]) and noted. After the op, each noted tensor that is
-// still alive and is not one of the op's outputs becomes an alias write of the op
-// (`AliasWrite` in graph/trace.h): its producer is now the writer, as output -(k + 1),
-// with its value after the write saved by reference again, and the write remembers the
-// tensor's earlier source and both geometries so that replay can redo it (NOTE [Writes
-// through aliases] in validation/replay.h). Saved values are indexed by storage anyway; a
-// view op whose values are not saved (every op without saved values, the ops a selective
-// capture does not select, those after a budget ran out) indexes instead the tensors it
-// returns and the arguments they alias (only view ops pay for it), so its edges follow
-// the same writes.
-//
-// NOTE [Dead views are written too]
-// A saved value keeps the tensor it came from alive, so a temporary view (`x[1:]` in
-// `x[1:].select(0, 0).mul_(2)`) gets an alias write of the later write even after the
-// program dropped it, and the write's parents include the view's producer. A trace must
-// have the same edges whatever it saves (a selective capture, one over its budget,
-// streaming to a sink), so the alias index of unsaved views keeps dead tensors too:
-// weakly, so that neither their data nor their storage's data is kept, while the
-// addresses of the TensorImpl and of the StorageImpl stay pinned until the capture ends
-// and no new tensor can be mistaken for them. (VerdictsTest.EdgesAreTheSameWhatever-
-// TheCaptureSaves compares the edges of every issue model across these captures.)
-//
-// NOTE [Aliases change place]
-// An in-place op can move a tensor to another storage (`set_`), shrink or grow it
-// (`resize_`) or give it new strides (`as_strided_`): after it, the bytes it held are no
-// longer its bytes, and a write through a view of its old bytes must not reach it. A saved
-// value follows, as the write copies it out of the storage index and the op's output is
-// saved again where it now lives. The alias index of unsaved views does the same: a write
-// takes the written tensor out of its storage's list, and after the op (or its throw) the
-// tensor is indexed again with the storage and bytes it has then (IndexMovedAliases). A
-// tensor that dies later keeps the bytes it had last, which are the right ones.
-// (VerdictsTest's model regeometry_after_view does all three, alive and dead.)
 //
 // NOTE [In-place view ops]
 // `t_`, `transpose_`, `swapdims_`, `squeeze_`, `unsqueeze_`, `as_strided_`, `detach_` (the
@@ -112,9 +44,9 @@
 // itself: its own saved value, kept by reference, is copied first (it would change shape
 // under the trace), it leaves the alias index and comes back with its new geometry (NOTE
 // [Aliases change place]), and when it is a registered buffer's tensor, the buffer's state
-// (its shape) gets a kInplace version, the op's output. Before 2026-12-06 these ops were
-// writes of their bytes: the next write through the view then redid its value in the
-// geometry from before the op, and validation failed (testdata inplace_view_ops).
+// (its shape) gets a kInplace version, the op's output. Were they writes of their bytes,
+// the next write through a view would be redone in the geometry from before the op
+// (testdata inplace_view_ops).
 //
 // NOTE [Buffer writes]
 // A write is attributed to a registered buffer by StorageImpl identity, then by byte range
@@ -145,46 +77,7 @@
 // the model layout knows it. A parameter returned as a model output gets one too. Neither
 // has versions: constants are not model state.
 //
-// NOTE [Parameters read by reference]
-// A parameter's value is the model's, read through its detached alias
-// (ModelLayout::param_values), so a saving capture keeps nothing per parameter read: the
-// source names the parameter, no slot, no tensor-table entry, and the trace's arguments
-// take the layout's alias (CaptureRecord::param_values). A slot and a table entry per
-// parameter cost mlp2000 (4,000 parameters read once each) a tenth of its capture: a cold
-// reference count, a table twice the size of its op outputs, and their release with the
-// trace (README "Performance"). A parameter becomes an ordinary saved value only when the
-// forward writes the storage it lives in, which is rare (a weight clamped in `forward`, a
-// bias entry set through a view): before the write, each parameter read so far from that
-// storage is saved and entered in the table (KeepParameter), so that the write copies its
-// value first as it copies any saved value (NOTE [Copy-on-write of saved values]), and
-// CaptureRecord::param_slots gives the reads before it that copy. A parameter first read
-// after its storage was written is kept the same way, its values copied at the end as the
-// model may write it again (NOTE [Parameters written through views]). Deciding costs a
-// write one look at its storage's holders: a storage with one holder is no parameter's
-// when every parameter's value is a detached alias (its second holder); otherwise one
-// lookup in ModelLayout::param_storages. Streaming captures read parameters as themselves
-// already (below), and captures without saved values keep no parameter value.
-//
-// NOTE [Parameters restored after a halt]
-// A halted forward leaves the model as it was (CaptureOptions::halt_after): its buffers
-// through the journal, and the parameters the forward wrote in place (a weight clamped or
-// normalised in the forward) through a copy of each, taken before its first write. Only
-// captures that may halt keep them, and only for written parameters.
-//
-// NOTE [Parameters written through views]
-// A parameter is read as itself (a "param" source) until something writes it. An
-// in-place op that returns it (`w.mul_(0.5)`) makes it that op's output, as for any
-// tensor. A write through a view of it (`bias[0] = 1.0`, `w.narrow(0, 0, 2).zero_()`)
-// returns the view, so before the write the parameter gets a constant source node holding
-// its value before the write, named by its address (as a returned parameter's, NOTE
-// [Constants]); the write is then an alias write of that node (NOTE [Writes through
-// views]), and later reads of the parameter resolve to the write's output. Its reads
-// before the write keep the value they read, and the values saved in its storage are
-// copied at the end, as a buffer's are: the model's next forward may write it again. A capture
-// without saved values does the same, so the graph is the same either way. A streaming capture
-// keeps no copy: its reads of a parameter name the parameter, which the sink's owner writes as it
-// likes (the trace file writes parameters on its own thread), so the first write to a parameter
-// calls SetBeforeParameterWrite's hook first, and the file keeps the value from before it.
+
 #ifndef TORCHLENS_DISPATCH_RECORDER_H_
 #define TORCHLENS_DISPATCH_RECORDER_H_
 
@@ -208,13 +101,14 @@
 #include "torchlens_dispatch/buffer_journal.h"
 #include "torchlens_dispatch/capture_options.h"
 #include "torchlens_dispatch/model_layout.h"
+#include "torchlens_dispatch/op_placement.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
+#include "torchlens_dispatch/parameter_state.h"
 #include "torchlens_dispatch/record_appender.h"
-#include "torchlens_dispatch/script_sites.h"
+#include "torchlens_dispatch/save_policy.h"
+#include "torchlens_dispatch/saved_value_index.h"
 
 namespace torchlens {
-
-using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
 
 class Recorder : private BufferJournal::Tensors {
  public:
@@ -230,7 +124,7 @@ class Recorder : private BufferJournal::Tensors {
   // A streaming capture calls `hook` with each parameter just before the model first
   // writes it (NOTE [Parameters written through views]). Set before the forward.
   void SetBeforeParameterWrite(std::function<void(const at::Tensor&)> hook) {
-    before_parameter_write_ = std::move(hook);
+    params_.SetBeforeWrite(std::move(hook));
   }
 
   // Called by the fallback for every dispatched call on this thread.
@@ -257,16 +151,15 @@ class Recorder : private BufferJournal::Tensors {
   void OnAttributeAssigned();
 
   // Eager models (eager_scope.h): the call of the module with this identity opens, and
-  // the innermost open call closes. EnterModule returns false (and opens nothing) for a
-  // module the model does not have.
-  bool EnterModule(const void* module);
-  void ExitModule();
+  // the innermost open call closes (OpPlacement::EnterModule).
+  bool EnterModule(const void* module) { return placement_.EnterModule(module); }
+  void ExitModule() { placement_.ExitModule(); }
   // Eager models: the buffer `name` of module `module` now holds `tensor`.
   void OnBufferAssigned(const void* module, const std::string& name, const at::Tensor& tensor);
 
   // Whether the forward was stopped by CaptureOptions::halt_after or stop_at_non_finite (it
   // threw CaptureHalted).
-  bool halted() const { return halted_; }
+  bool halted() const { return progress_.halted; }
   const CaptureOptions& options() const { return options_; }
 
  private:
@@ -293,7 +186,7 @@ class Recorder : private BufferJournal::Tensors {
     bool nested_watched = false;  // WriteWatchCovers(op)
     bool uninitialized = false;   // returns memory it never wrote (aten::empty)
     std::string type;             // "add", as labels name it (OpTypeName)
-    int32_t type_id = -1;         // in numbering_, when labels are computed while capturing
+    int32_t type_id = -1;         // SavePolicy::TypeId
   };
   struct TensorEntry {
     int32_t node = -1;  // producing node; -1: a parameter, or a buffer not yet read
@@ -310,43 +203,6 @@ class Recorder : private BufferJournal::Tensors {
   };
   // A saved value and the live tensor it was saved from (a detached alias when that one
   // requires grad).
-  struct SavedValue {
-    int32_t slot;
-    const c10::TensorImpl* tensor;
-  };
-  // A tensor sharing its storage with a view of it, whose values are not saved (NOTE
-  // [Writes through views]). Held weakly: the index neither keeps its data alive nor lets
-  // its address go to a new tensor, so a dead one still gets its alias writes, as a saved
-  // value would (NOTE [Dead views are written too]).
-  struct AliasedTensor {
-    WeakImpl alive;
-    int64_t begin_byte, end_byte;
-  };
-  struct StorageEntry {
-    absl::InlinedVector<SavedValue, 2> saved;  // saved values living in this storage
-    std::vector<AliasedTensor> aliased;        // of view ops whose values are not saved
-    // A pin on the storage's address, when a streaming capture saved a value in it (NOTE
-    // [Streaming identity]) or it holds aliased tensors (NOTE [Dead views are written too]).
-    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> pinned;
-    // A streaming capture: the parameter living here, not yet written (NOTE [Parameters
-    // written through views]); -1 otherwise.
-    int32_t streamed_param = -1;
-    // A parameter living here was written by the forward: values saved here are copied at
-    // the end (CopySavedValuesOfModelState), as the model may write it again.
-    bool written_param = false;
-  };
-  // A saved value the current op's write overlapped (NOTE [Writes through views]).
-  struct OverwrittenValue {
-    SavedValue saved;
-    at::Tensor alias;        // shares the live tensor's storage and geometry
-    int32_t written_tensor;  // which tensor argument the op wrote; -1: a nested write
-    TensorGeometry written;
-    int32_t node_before;    // the live tensor's producer before the write, or -1
-    int32_t output_before;  // and which of its outputs (0 when none)
-    at::Tensor held;        // without saved values: the tensor, alive until the write is recorded
-    // Saved, or dead with its address pinned by the alias index: see Find.
-    bool pinned = false;
-  };
   const OpInfo& Info(const c10::OperatorHandle& op);
   struct PreparedOp {
     bool touches_buffer = false;
@@ -387,8 +243,6 @@ class Recorder : private BufferJournal::Tensors {
   // The entry of a tensor first seen now: a parameter (from the layout) or from outside.
   // Valid until the next call (a parameter's entry in unsaved mode is not kept).
   TensorEntry* AddUnseen(const at::Tensor& tensor);
-  // The parameter id of `impl`, or -1 (ModelLayout::param_order, then param_ids).
-  int32_t ParamId(const c10::TensorImpl* impl);
   // NOTE [Parameters read by reference]: parameter `param`, read so far by reference, as
   // a saved value with a table entry from now on; its entry.
   TensorEntry* KeepParameter(int32_t param);
@@ -413,16 +267,11 @@ class Recorder : private BufferJournal::Tensors {
   int32_t Save(const at::Tensor& tensor, const c10::TensorImpl* live = nullptr);
   // Save's part in a streaming capture: a slot with no value, indexed as a saved value.
   int32_t SaveStreamed(const at::Tensor& tensor, const c10::TensorImpl* live);
-  // A tensor over `storage` with the geometry of streamed slot `slot`: the value that slot
-  // would hold, as a saved value aliasing the storage does.
-  at::Tensor StreamedAlias(const c10::Storage& storage, int32_t slot) const;
   void Remember(const at::Tensor& tensor, TensorEntry entry);
   // What tells a later lookup whether `tensor` is still the one at its address, for an
   // entry that is neither a parameter nor a buffer (NOTE [Address reuse in unsaved mode],
   // NOTE [Streaming identity]).
   void Pin(const at::Tensor& tensor, TensorEntry* entry);
-  // Adds unindexed_values_ to storages_; called before storages_ is read for saved values.
-  void IndexSavedValues();
   // Whether no saved value can share `tensor`'s bytes without the tensor table knowing
   // `tensor` (NOTE [Writes into memory no saved value shares]).
   bool AloneOnUnknownStorage(const at::Tensor& tensor) const;
@@ -440,16 +289,6 @@ class Recorder : private BufferJournal::Tensors {
   // After op `writer` ran: the alias writes of the values it overwrote (NOTE [Writes
   // through views]).
   void RecordAliasWrites(int32_t writer);
-  // Without saved values: indexes a view op's output and the arguments it aliases.
-  void IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases);
-  // Indexes one tensor of `storage`, whose entry `*entry` is found on first use.
-  void IndexAlias(const at::Tensor& tensor, c10::StorageImpl* storage, StorageEntry** entry);
-  // `tensor`, just taken out of its storage's alias list, is indexed again after the op
-  // (once, whichever of its arguments it is).
-  void NoteMovedAlias(const at::Tensor& tensor);
-  // Indexes again, where they are now, the written tensors PrepareWrite and
-  // PrepareInplaceView took out of the alias index (NOTE [Aliases change place]).
-  void IndexMovedAliases();
   // The source node of a tensor from outside the capture (NOTE [Constants]).
   int32_t AddConstantNode(const at::Tensor& tensor, std::string address);
   // Before a write through a view of parameter `param`, whose saved value (if any) is in
@@ -474,123 +313,43 @@ class Recorder : private BufferJournal::Tensors {
   // The tensor's value is buffer version node `version`'s (its only output).
   void ProducedBy(TensorEntry* entry, int32_t version);
 
-  // Before a write of `tensor` when the forward may be halted: keeps the value of the
-  // parameter it writes, the first time (NOTE [Parameters restored after a halt]).
-  void KeepParameterBeforeHalt(const at::Tensor& tensor);
-  // Halt's part: the parameters back to their values before the forward.
-  void RestoreWrittenParameters();
-
   // The steps of Finish. CopySavedValuesOfModelState also copies the values saved in
   // `restored` (storages a halt is about to write back).
   void CopySavedValuesOfModelState(c10::ArrayRef<const c10::StorageImpl*> restored = {});
   void AddOutputNodes(const c10::IValue& outputs);
   void StoreSizes();
 
-  int32_t LayerOf(int32_t module, int32_t op_index, const ScriptSite& site);
-  // Eager models: the module of the op being identified, and its position in that
-  // module's open call, as LayerOf takes them (NOTE [Layers and passes] in script_sites.h).
-  ScriptSite EagerSite();
-  // Whether module `inner` is a descendant of module `outer` (both model modules).
-  bool IsWithin(int32_t inner, int32_t outer);
-
   std::shared_ptr<const ModelLayout> layout_;
   CaptureOptions options_;
   RecordAppender record_;
-  ModuleAddresses module_addresses_;
-  ScriptSites script_sites_;
+  OpPlacement placement_;
+  SavePolicy policy_;  // reads options_ and layout_
 
-  int depth_ = 0;
-  // Eager models: the open module calls, innermost last, each with the number of ops run
-  // in it so far (eager_scope.h).
-  struct OpenCall {
-    int32_t module;
-    uint32_t ops;
-  };
-  std::vector<OpenCall> open_calls_;
-  bool inputs_marked_ = false;
-  bool finished_ = false;
   // NOTE [Capture failures]
   // Two things end a capture early. An exception from the model's forward pass propagates
   // unchanged to the caller, and Finish reports kAborted. A failure of the capture's own
   // work (out of memory while saving a value) must not change what the model computes:
   // the recorder becomes inert (ops just run) and Finish reports kResourceExhausted with
   // no trace, rather than a half-built trace presented as whole.
-  absl::Status failure_;
-  bool inert_ = false;
+  struct Progress {
+    int depth = 0;  // NOTE [User-level and nested ops]
+    bool inputs_marked = false;
+    bool finished = false;
+    bool halted = false;  // by CaptureOptions::halt_after or stop_at_non_finite
+    bool inert = false;   // the capture failed or halted: ops just run
+    absl::Status failure;
+  };
+  Progress progress_;
 
   absl::flat_hash_map<const void*, OpInfo> op_infos_;  // keyed by &op.schema()
   absl::flat_hash_map<const c10::TensorImpl*, TensorEntry> tensors_;
   TensorEntry unsaved_param_;  // what AddUnseen returns for a parameter read by reference
-  // Per parameter id, in a saving capture that does not stream (NOTE [Parameters read by
-  // reference]): kParamRead once read, kParamKept once KeepParameter saved it. Empty until
-  // the first parameter read.
-  static constexpr uint8_t kParamRead = 1, kParamKept = 2;
-  std::vector<uint8_t> param_reads_;
-  bool param_storage_written_ = false;  // KeepWrittenParameters found a parameter's storage
-  std::function<void(const at::Tensor&)> before_parameter_write_;  // SetBeforeParameterWrite
-  size_t next_param_ = 0;  // in layout_->param_order: the parameter expected next
-  absl::flat_hash_map<const c10::StorageImpl*, StorageEntry> storages_;
-  // Saved values not yet in storages_ (NOTE [Saved values indexed when a write needs them]).
-  struct UnindexedValue {
-    const c10::StorageImpl* storage;
-    SavedValue saved;
-  };
-  std::vector<UnindexedValue> unindexed_values_;
-  std::vector<OverwrittenValue> overwritten_;  // by the op being recorded
-  // Indexed tensors the op being recorded writes, out of the index until it ran (NOTE
-  // [Aliases change place]).
-  std::vector<at::Tensor> moved_aliases_;
+  ParameterState params_;
+  SavedValueIndex index_;
   // Plain tensor attributes of the model (NOTE [Constants]): index into
   // record_.constant_addresses.
   absl::flat_hash_map<const c10::TensorImpl*, int32_t> attributes_;
-  // For the slots of op outputs: (node, output index). See NOTE [Shallow copies].
-  std::vector<std::pair<int32_t, int32_t>> slot_producers_;
 
-  struct LayerKey {
-    int32_t module;
-    int32_t op;
-    uint64_t position;
-    bool operator==(const LayerKey& other) const {
-      return module == other.module && op == other.op && position == other.position;
-    }
-    template <typename H>
-    friend H AbslHashValue(H h, const LayerKey& key) {
-      return H::combine(std::move(h), key.module, key.op, key.position);
-    }
-  };
-  absl::flat_hash_map<LayerKey, int32_t> layers_;
-  std::vector<int32_t> layer_of_class_;  // by NOTE [Layer classes] number; -1: not run yet
-  int32_t next_layer_ = 0;
-
-  // NOTE [Streaming without saving]: a value sink and no saved values; set first (the
-  // appender and the journal are told in the constructor).
-  const bool streaming_ = false;
-  const bool saves_ = false;  // save_activations or streaming_: values are kept or streamed
-  // Per slot of a streaming capture, the geometry of the value streamed (NOTE [Streaming
-  // identity]); empty otherwise.
-  struct StreamedSlot {
-    std::pair<int64_t, int64_t> bytes;
-    TensorGeometry geometry;
-    at::ScalarType dtype;
-  };
-  std::vector<StreamedSlot> streamed_slots_;
-  // NOTE [Selective saving] and early stop.
-  bool selective_ = false;                // some save_* option is set
-  bool labels_needed_ = false;            // labels are computed while capturing
-  std::string halt_label_;                // CaptureOptions::halt_after, when it is a label
-  int32_t halt_module_ = -1;              // or a module (id), entered once ops ran in it
-  std::vector<int32_t> save_module_ids_;  // CaptureOptions::save_modules, as module ids
-  bool halt_module_entered_ = false;
-  bool halted_ = false;
-  // NOTE [Parameters restored after a halt]: when the forward may be halted, the
-  // parameters' storages (filled on the first write) and each written parameter's value
-  // from before its first write.
-  bool may_halt_ = false;
-  absl::flat_hash_map<const c10::StorageImpl*, int32_t> param_storages_;
-  std::vector<std::pair<int32_t, at::Tensor>> params_before_writes_;
-  LayerNumbering numbering_;
-  int64_t saved_bytes_ = 0;  // of activations Save kept (CaptureOptions::max_saved_bytes)
-  bool over_budget_ = false;
   // Last: its constructor registers the buffers' tensors in the tables above.
   BufferJournal journal_;
 };

@@ -1,5 +1,6 @@
-// Recorder: the end of a capture (Finish and its steps) and reassignments TorchScript
-// code reports as they happen.
+// Recorder: the end of a capture (Finish and its steps, an early stop, a failure of the
+// capture's own work) and the reassignments the model's code reports as they happen.
+#include <ATen/ops/isfinite.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "torchlens_dispatch/ops/capture_key.h"
+#include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/ops/saved_copy.h"
 #include "torchlens_dispatch/recorder.h"
@@ -15,7 +17,7 @@
 namespace torchlens {
 
 void Recorder::OnAttributeAssigned() {
-  if (inert_ || finished_ || !journal_.has_assigned_buffers()) return;
+  if (progress_.inert || progress_.finished || !journal_.has_assigned_buffers()) return;
   NoCapture no_capture(kCaptureKey);
   try {
     journal_.CheckAssigned();
@@ -26,7 +28,7 @@ void Recorder::OnAttributeAssigned() {
 
 void Recorder::OnBufferAssigned(const void* module, const std::string& name,
                                 const at::Tensor& tensor) {
-  if (inert_ || finished_) return;
+  if (progress_.inert || progress_.finished) return;
   auto it = layout_->eager_buffer_ids.find(std::make_pair(module, name));
   if (it == layout_->eager_buffer_ids.end()) return;
   NoCapture no_capture(kCaptureKey);
@@ -39,61 +41,36 @@ void Recorder::OnBufferAssigned(const void* module, const std::string& name,
 
 absl::StatusOr<CaptureRecord> Recorder::Finish(const c10::IValue& outputs) {
   NoCapture no_capture(kCaptureKey);
-  if (finished_) return absl::FailedPreconditionError("the capture already finished");
-  finished_ = true;
-  if (!failure_.ok()) return failure_;
+  if (progress_.finished) return absl::FailedPreconditionError("the capture already finished");
+  progress_.finished = true;
+  if (!progress_.failure.ok()) return progress_.failure;
   record_.StreamDeferredValues();
-  if (!options_.halt_after.empty() && halt_label_.empty() && halt_module_ < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CaptureOptions::halt_after is \"", options_.halt_after,
-        "\", which is neither a module address of this model (named_modules() names them) "
-        "nor an op label (labels end in ':' and a pass, \"relu_1_2:1\")"));
-  }
-  for (const std::string& address : options_.save_modules) {
-    if (layout_->module_ids.contains(address)) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CaptureOptions::save_modules names \"", address,
-        "\", which is not a module address of this model (named_modules() names them), so "
-        "it would select nothing"));
-  }
-  if (!halted_ && (!halt_label_.empty() || (halt_module_ >= 0 && !halt_module_entered_))) {
-    // The forward ran to the end: a trace presented as the halted one would be a silent
-    // surprise (a misspelt pass, an unused submodule).
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CaptureOptions::halt_after is \"", options_.halt_after, "\", but ",
-        halt_label_.empty() ? "that module ran no op" : "no op of this forward had that label",
-        ", so the forward ran to the end and was not halted (its buffers hold what it "
-        "wrote). Labels are \"{type}_{type index}_{layer step}:{pass}\", as a full "
-        "capture's summary lists them"));
-  }
+  if (absl::Status checked = policy_.CheckAtEnd(progress_.halted); !checked.ok()) return checked;
   CaptureRecord& record = record_.record();
-  if (over_budget_) {
+  if (policy_.over_budget()) {
     record.budget_exceeded = true;
-    record.partial_reason = absl::StrCat(
-        "saving stopped at {label}: the saved values reached CaptureOptions::max_saved_bytes (",
-        options_.max_saved_bytes, " bytes; ", saved_bytes_,
-        " saved); later ops have metadata only");
+    record.partial_reason = policy_.BudgetReason();
   }
-  if (!halted_) journal_.CheckAll();
+  if (!progress_.halted) journal_.CheckAll();
   CopySavedValuesOfModelState();
   AddOutputNodes(outputs);
   if (absl::Status unjournaled = journal_.Finish(options_.allow_unjournaled_writes);
       !unjournaled.ok()) {
     return unjournaled;
   }
-  record.stats.marked_sites = script_sites_.marked();
-  record.stats.interpreter_sites = script_sites_.asked();
-  record.extra_module_addresses = module_addresses_.ReleaseExtra();
-  record.num_layers = next_layer_;
+  record.stats.marked_sites = placement_.marked_sites();
+  record.stats.interpreter_sites = placement_.interpreter_sites();
+  record.extra_module_addresses = placement_.ReleaseExtraAddresses();
+  record.num_layers = placement_.num_layers();
   StoreSizes();
   return record_.Release();
 }
 
 absl::StatusOr<CaptureRecord> Recorder::FinishAfterForwardError(std::string reason) {
-  if (inert_ || finished_) {
+  if (progress_.inert || progress_.finished) {
     return Finish(c10::IValue());  // the capture's own failure, a halt, or a second call
   }
-  failure_ = absl::OkStatus();  // the forward's exception, which reached its caller
+  progress_.failure = absl::OkStatus();  // the forward's exception, which reached its caller
   CaptureRecord& record = record_.record();
   record.partial_reason = std::move(reason);
   record.partial_node = static_cast<int32_t>(record.nodes.size()) - 1;
@@ -110,9 +87,9 @@ void Recorder::CopySavedValuesOfModelState(c10::ArrayRef<const c10::StorageImpl*
     return journal_.BuffersIn(storage) != nullptr ||
            std::find(restored.begin(), restored.end(), storage) != restored.end();
   };
-  for (auto& [storage, entry] : storages_) {
+  for (auto& [storage, entry] : index_.storages()) {
     if (!entry.written_param && !model_state(storage)) continue;
-    if (!streaming_) {  // streamed values need no copy (NOTE [Streaming identity])
+    if (!policy_.streaming()) {  // streamed values need no copy (NOTE [Streaming identity])
       for (const SavedValue& saved : entry.saved) {
         record_.slot(saved.slot) = CopyOfSaved(record_.slot(saved.slot));
       }
@@ -124,24 +101,24 @@ void Recorder::CopySavedValuesOfModelState(c10::ArrayRef<const c10::StorageImpl*
   // checked in their list: indexing them all here would cost what the list saved. A
   // streaming capture indexes its values as it streams them, so its list is empty.
   size_t kept = 0;
-  for (const UnindexedValue& value : unindexed_values_) {
+  for (const UnindexedValue& value : index_.unindexed()) {
     // A storage that only its saved value holds is no buffer's or parameter's (the model
     // holds those, and a halt's journal the ones it restores): nothing outside the trace
-    // writes it, and most op outputs are dead by now. This skips two hash lookups per value
-    // (on recurrent100, 10% of what saving adds, counted with callgrind).
+    // writes it, and most op outputs are dead by now. This skips two hash lookups per value.
     if (record_.slot(value.saved.slot).storage().use_count() == 1) {
-      unindexed_values_[kept++] = value;
+      index_.unindexed()[kept++] = value;
       continue;
     }
-    const auto it = storages_.find(value.storage);
-    if ((it == storages_.end() || !it->second.written_param) && !model_state(value.storage)) {
-      unindexed_values_[kept++] = value;
+    const auto it = index_.storages().find(value.storage);
+    if ((it == index_.storages().end() || !it->second.written_param) &&
+        !model_state(value.storage)) {
+      index_.unindexed()[kept++] = value;
       continue;
     }
     record_.slot(value.saved.slot) = CopyOfSaved(record_.slot(value.saved.slot));
     ++record_.record().stats.copy_on_write_clones;
   }
-  unindexed_values_.resize(kept);
+  index_.unindexed().resize(kept);
 }
 
 void Recorder::AddOutputNodes(const c10::IValue& outputs) {
@@ -160,7 +137,7 @@ void Recorder::AddOutputNodes(const c10::IValue& outputs) {
       source.slot = record_.OutputSlot(constant);
     }
     record_.AddOutputNode(source, tensor,
-                          source.slot >= 0 ? source.slot : (saves_ ? Save(tensor) : -1));
+                          source.slot >= 0 ? source.slot : (policy_.saves() ? Save(tensor) : -1));
   });
 }
 
@@ -168,10 +145,60 @@ void Recorder::StoreSizes() {
   ModelLayout::CaptureSizes& sizes = layout_->last_capture_sizes;
   constexpr auto kRelaxed = std::memory_order_relaxed;
   sizes.tensors.store(static_cast<uint32_t>(tensors_.size()), kRelaxed);
-  sizes.storages.store(static_cast<uint32_t>(storages_.size()), kRelaxed);
-  sizes.layers.store(static_cast<uint32_t>(layers_.size()), kRelaxed);
-  sizes.layer_classes.store(static_cast<uint32_t>(layer_of_class_.size()), kRelaxed);
+  sizes.storages.store(static_cast<uint32_t>(index_.storages().size()), kRelaxed);
+  placement_.StoreSizes(&sizes);
   record_.StoreSizes(&sizes);
+}
+
+bool Recorder::ReturnsNonFinite(c10::ArrayRef<c10::IValue> returns) {
+  NoCapture no_capture(kCaptureKey);
+  bool non_finite = false;
+  for (const c10::IValue& value : returns) {
+    ForEachTensor(value, [&](const at::Tensor& t) {
+      if (non_finite || !t.defined() || t.layout() != at::kStrided || t.numel() == 0 ||
+          !(t.is_floating_point() || t.is_complex())) {
+        return;
+      }
+      non_finite = !at::isfinite(t).all().item<bool>();
+    });
+  }
+  return non_finite;
+}
+
+void Recorder::Halt(int32_t node, std::string reason) {
+  // The forward stops here: the model's buffers and written parameters go back to their
+  // values before it, and the capture records nothing more.
+  NoCapture no_capture(kCaptureKey);
+  progress_.halted = true;
+  progress_.inert = true;
+  // Saved values that alias a buffer or a written parameter (an in-place op's output is
+  // the tensor itself) keep what the forward computed; the restores below would otherwise
+  // write them too.
+  CopySavedValuesOfModelState(journal_.InitialStorages());
+  journal_.RestoreInitialState();
+  params_.RestoreWritten();
+  CaptureRecord& record = record_.record();
+  record.partial_node = node;
+  record.partial_reason = std::move(reason);
+  throw CaptureHalted(
+      "torchlens: the capture halted the forward (CaptureOptions::halt_after "
+      "or stop_at_non_finite)");
+}
+
+void Recorder::Abandon(const std::exception& e) {
+  journal_.DropPendingWrites();
+  index_.overwritten().clear();
+  index_.DropMovedAliases();
+  progress_.inert = true;
+  if (!progress_.failure.ok()) return;
+  const bool memory = IsOutOfMemory(e);
+  const std::string message = absl::StrCat(
+      memory ? "out of memory while saving values during capture (" : "capture failed (",
+      FirstLine(e),
+      "); the forward pass was not affected but the trace is incomplete and was dropped. ",
+      memory ? "Free memory, or capture with CaptureOptions::save_activations = false"
+             : "Report this with the model that triggers it");
+  progress_.failure = memory ? absl::ResourceExhaustedError(message) : absl::InternalError(message);
 }
 
 }  // namespace torchlens

@@ -15,7 +15,7 @@ namespace torchlens {
 
 Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
-  if (const int32_t param = ParamId(impl); param >= 0) {
+  if (const int32_t param = params_.IdOf(impl); param >= 0) {
     // A parameter that is also a registered buffer (`register_buffer("b",
     // weight.detach())`): one memory, read and written as the buffer, so that its writes
     // are versions the parameter's reads follow (NOTE [Buffer writes]).
@@ -24,17 +24,16 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
         return RememberInPlaceOf(tensor, buffer);
       }
     }
-    if (!streaming_) {
-      if (saves_) {
+    if (!policy_.streaming()) {
+      if (policy_.saves()) {
         // NOTE [Parameters read by reference].
-        if (param_reads_.empty()) param_reads_.assign(layout_->params.size(), 0);
-        if (C10_UNLIKELY(param_storage_written_)) {
-          const auto written = storages_.find(tensor.storage().unsafeGetStorageImpl());
-          if (written != storages_.end() && written->second.written_param) {
+        if (C10_UNLIKELY(params_.storage_written())) {
+          const auto written = index_.storages().find(tensor.storage().unsafeGetStorageImpl());
+          if (written != index_.storages().end() && written->second.written_param) {
             return KeepParameter(param);
           }
         }
-        if (param_reads_[param] & kParamRead) {
+        if (!params_.FirstRead(param)) {
           // Read again (a recurrent weight): in the table from now on, so that its next
           // reads end at their first lookup.
           TensorEntry entry;
@@ -42,7 +41,6 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
           tensors_.insert_or_assign(impl, std::move(entry));
           return Lookup(impl);
         }
-        param_reads_[param] |= kParamRead;
       }
       // Nothing to remember about a parameter read by reference: the layout finds it
       // again, and the tensor table stays the size of the op outputs.
@@ -52,7 +50,7 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
     }
     // Streaming: read as the parameter itself (no slot); its first write is watched: NOTE
     // [Parameters written through views].
-    storages_[tensor.storage().unsafeGetStorageImpl()].streamed_param = param;
+    index_.storages()[tensor.storage().unsafeGetStorageImpl()].streamed_param = param;
     TensorEntry entry;
     entry.param = param;
     tensors_.insert_or_assign(impl, std::move(entry));
@@ -75,7 +73,7 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
   auto attribute = attributes_.find(impl);
   if (attribute != attributes_.end()) {
     outside.node = AddConstantNode(tensor, record_.record().constant_addresses[attribute->second]);
-  } else if (!inputs_marked_) {
+  } else if (!progress_.inputs_marked) {
     outside.node = AddInputNode(tensor);
   } else {
     outside.node = AddConstantNode(tensor, std::string());
@@ -87,7 +85,7 @@ Recorder::TensorEntry* Recorder::AddUnseen(const at::Tensor& tensor) {
 
 Recorder::TensorEntry* Recorder::KeepParameter(int32_t param) {
   // See NOTE [Parameters read by reference].
-  param_reads_[param] |= kParamKept;
+  params_.NoteKept(param);
   const ModelLayout::ParamEntry& layout = layout_->params[param];
   const c10::TensorImpl* impl = layout.tensor.unsafeGetTensorImpl();
   // Noted as the parameter's (not its detached alias's) for its writes through views.
@@ -113,9 +111,9 @@ void Recorder::KeepWrittenParameters(const at::Tensor& tensor) {
   if (layout_->params_detached && tensor.storage().use_count() == 1) return;
   const auto it = layout_->param_storages.find(tensor.storage().unsafeGetStorageImpl());
   if (it == layout_->param_storages.end()) return;
-  param_storage_written_ = true;
+  params_.NoteStorageWritten();
   for (const int32_t param : it->second) {
-    if (param_reads_[param] == kParamRead) KeepParameter(param);
+    if (params_.ReadOnly(param)) KeepParameter(param);
   }
 }
 
@@ -138,15 +136,15 @@ int32_t Recorder::ConstantAddress(std::string address) {
 
 int32_t Recorder::AddConstantNode(const at::Tensor& tensor, std::string address) {
   const int32_t address_index = ConstantAddress(std::move(address));
-  return record_.AddSourceNode(NodeRecord::Kind::kConstant, tensor, saves_ ? Save(tensor) : -1,
-                               address_index);
+  return record_.AddSourceNode(NodeRecord::Kind::kConstant, tensor,
+                               policy_.saves() ? Save(tensor) : -1, address_index);
 }
 
 int32_t Recorder::AddWrittenParameterNode(int32_t param, int32_t slot) {
   // See NOTE [Parameters written through views]. The value before the write: the copy in
   // the slot, or (streamed, or not saved) the parameter itself, not yet written.
   const ModelLayout::ParamEntry& entry = layout_->params[param];
-  const bool copied = slot >= 0 && !streaming_;
+  const bool copied = slot >= 0 && !policy_.streaming();
   return record_.AddSourceNode(NodeRecord::Kind::kConstant,
                                copied ? record_.slot(slot) : entry.saved, slot,
                                ConstantAddress(entry.address));
@@ -159,20 +157,21 @@ int32_t Recorder::AddWrittenParameterNode(int32_t param, int32_t slot) {
 // with the same geometry. Such a tensor is the op's output, not a tensor from outside.
 Recorder::TensorEntry* Recorder::AddShallowCopy(const at::Tensor& tensor) {
   if (!tensor.has_storage()) return nullptr;
-  IndexSavedValues();
-  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
-  if (it == storages_.end()) return nullptr;
+  index_.IndexSavedValues();
+  auto it = index_.storages().find(tensor.storage().unsafeGetStorageImpl());
+  if (it == index_.storages().end()) return nullptr;
   for (const SavedValue& value : it->second.saved) {
     const int32_t slot = value.slot;
     const at::Tensor& saved = record_.slot(slot);
-    if (slot >= static_cast<int32_t>(slot_producers_.size()) || slot_producers_[slot].first < 0 ||
+    if (slot >= static_cast<int32_t>(index_.slot_producers().size()) ||
+        index_.slot_producers()[slot].first < 0 ||
         saved.storage_offset() != tensor.storage_offset() || saved.sizes() != tensor.sizes() ||
         saved.strides() != tensor.strides() || saved.scalar_type() != tensor.scalar_type()) {
       continue;
     }
     TensorEntry entry;
-    entry.node = slot_producers_[slot].first;
-    entry.output_index = slot_producers_[slot].second;
+    entry.node = index_.slot_producers()[slot].first;
+    entry.output_index = index_.slot_producers()[slot].second;
     entry.slot = slot;
     entry.aliases_buffer = AliasesBuffer(tensor);
     Remember(tensor, std::move(entry));
@@ -182,7 +181,8 @@ Recorder::TensorEntry* Recorder::AddShallowCopy(const at::Tensor& tensor) {
 }
 
 int32_t Recorder::AddInputNode(const at::Tensor& tensor) {
-  return record_.AddSourceNode(NodeRecord::Kind::kInput, tensor, saves_ ? Save(tensor) : -1);
+  return record_.AddSourceNode(NodeRecord::Kind::kInput, tensor,
+                               policy_.saves() ? Save(tensor) : -1);
 }
 
 void Recorder::MarkInputs(const c10::IValue& inputs) {
@@ -195,7 +195,7 @@ void Recorder::MarkInputs(const c10::IValue& inputs) {
     entry.aliases_buffer = AliasesBuffer(tensor);
     Remember(tensor, std::move(entry));
   });
-  inputs_marked_ = true;
+  progress_.inputs_marked = true;
 }
 
 SourceRecord Recorder::SourceOf(const at::Tensor& tensor) {

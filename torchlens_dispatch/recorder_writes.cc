@@ -1,5 +1,5 @@
 // Recorder: copy-on-write of saved values before in-place writes, and the alias writes of
-// the tensors those writes changed (NOTE [Writes through views] in recorder.h).
+// the tensors those writes changed (NOTE [Writes through views] in saved_value_index.h).
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/set.h>
@@ -15,33 +15,6 @@
 
 namespace torchlens {
 
-void Recorder::IndexAlias(const at::Tensor& tensor, c10::StorageImpl* storage,
-                          StorageEntry** entry) {
-  if (*entry == nullptr) {
-    *entry = &storages_[storage];
-    if (!(*entry)->pinned.has_value()) {  // NOTE [Dead views are written too]
-      (*entry)->pinned.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
-    }
-  }
-  std::vector<AliasedTensor>& aliased = (*entry)->aliased;
-  for (const AliasedTensor& known : aliased) {
-    // Its address is pinned: the same tensor.
-    if (known.alive._unsafe_get_target() == tensor.unsafeGetTensorImpl()) return;
-  }
-  const auto [begin, end] = ByteRange(tensor);
-  aliased.push_back(AliasedTensor{WeakImpl(tensor.getIntrusivePtr()), begin, end});
-}
-
-void Recorder::IndexAliases(const at::Tensor& view, c10::ArrayRef<at::Tensor> bases) {
-  if (!view.defined() || !view.has_storage()) return;
-  c10::StorageImpl* storage = view.storage().unsafeGetStorageImpl();
-  StorageEntry* entry = nullptr;
-  for (const at::Tensor& base : bases) {
-    if (base.storage().unsafeGetStorageImpl() == storage) IndexAlias(base, storage, &entry);
-  }
-  if (entry != nullptr) IndexAlias(view, storage, &entry);  // a view of one of the bases
-}
-
 int32_t Recorder::SaveStreamed(const at::Tensor& tensor, const c10::TensorImpl* live) {
   // NOTE [Streaming identity]
   // A streaming capture keeps no value, yet its graph must be the one a capture in memory
@@ -55,11 +28,13 @@ int32_t Recorder::SaveStreamed(const at::Tensor& tensor, const c10::TensorImpl* 
   // alias write with the value read through a tensor made over the written storage with
   // the slot's geometry (StreamedAlias), which is what the saved value would show.
   const int32_t slot = record_.AddSlot(at::Tensor());
-  if (static_cast<size_t>(slot) >= streamed_slots_.size()) streamed_slots_.resize(slot + 1);
-  streamed_slots_[slot] = StreamedSlot{ByteRange(tensor), GeometryOf(tensor), tensor.scalar_type()};
+  if (static_cast<size_t>(slot) >= index_.streamed_slots().size())
+    index_.streamed_slots().resize(slot + 1);
+  index_.streamed_slots()[slot] =
+      StreamedSlot{ByteRange(tensor), GeometryOf(tensor), tensor.scalar_type()};
   if (tensor.has_storage()) {
     c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-    StorageEntry& entry = storages_[storage];
+    StorageEntry& entry = index_.storages()[storage];
     if (!entry.pinned.has_value()) {
       entry.pinned.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
     }
@@ -68,26 +43,18 @@ int32_t Recorder::SaveStreamed(const at::Tensor& tensor, const c10::TensorImpl* 
   return slot;
 }
 
-at::Tensor Recorder::StreamedAlias(const c10::Storage& storage, int32_t slot) const {
-  const StreamedSlot& streamed = streamed_slots_[slot];
-  at::Tensor alias = at::empty({0}, at::TensorOptions().dtype(streamed.dtype));
-  alias.set_(storage, streamed.geometry.storage_offset, streamed.geometry.sizes,
-             streamed.geometry.strides);
-  return alias;
-}
-
 void Recorder::RecordAliasWrites(int32_t writer) {
   // See NOTE [Writes through views]. In the order the earlier values were made, which is
   // the same whichever of them were saved (the two indexes are searched one after the
   // other).
-  if (overwritten_.size() > 1) {
-    std::stable_sort(overwritten_.begin(), overwritten_.end(),
+  if (index_.overwritten().size() > 1) {
+    std::stable_sort(index_.overwritten().begin(), index_.overwritten().end(),
                      [](const OverwrittenValue& a, const OverwrittenValue& b) {
                        return std::make_pair(a.node_before, a.output_before) <
                               std::make_pair(b.node_before, b.output_before);
                      });
   }
-  for (OverwrittenValue& overwritten : overwritten_) {
+  for (OverwrittenValue& overwritten : index_.overwritten()) {
     const SavedValue& saved = overwritten.saved;
     TensorEntry* entry = Find(saved.tensor, overwritten.pinned);
     // Gone, saved anew (an output of this op), or model state with versions of its own.
@@ -115,7 +82,7 @@ void Recorder::RecordAliasWrites(int32_t writer) {
     entry->output_index = output;
     entry->slot = slot;
   }
-  for (const OverwrittenValue& overwritten : overwritten_) {
+  for (const OverwrittenValue& overwritten : index_.overwritten()) {
     std::vector<std::pair<int32_t, int32_t>>& written_inputs = record_.record().written_inputs;
     if (overwritten.node_before >= 0 &&
         record_.node(overwritten.node_before).kind == NodeRecord::Kind::kInput) {
@@ -126,7 +93,7 @@ void Recorder::RecordAliasWrites(int32_t writer) {
       }
     }
   }
-  overwritten_.clear();
+  index_.overwritten().clear();
 }
 
 void Recorder::PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t written_tensor,
@@ -135,7 +102,7 @@ void Recorder::PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t w
   const int32_t param = storage->streamed_param;
   storage->streamed_param = -1;
   const ModelLayout::ParamEntry& layout = layout_->params[param];
-  if (before_parameter_write_) before_parameter_write_(layout.saved);
+  params_.BeforeWrite(layout.saved);
   const c10::TensorImpl* impl = layout.tensor.unsafeGetTensorImpl();
   if (tensor.unsafeGetTensorImpl() == impl) return;  // the op returns it: its output
   TensorEntry* entry = Lookup(impl);
@@ -143,34 +110,8 @@ void Recorder::PrepareStreamedParameterWrite(const at::Tensor& tensor, int32_t w
   entry->node = AddWrittenParameterNode(param, -1);
   entry->param = -1;
   // Its earlier value had no node (-1), as with saved values.
-  overwritten_.push_back(OverwrittenValue{SavedValue{-1, impl}, layout.saved, written_tensor,
-                                          GeometryOf(tensor), -1, 0, at::Tensor()});
-}
-
-void Recorder::KeepParameterBeforeHalt(const at::Tensor& tensor) {
-  // See NOTE [Parameters restored after a halt].
-  if (param_storages_.empty()) {
-    for (size_t p = 0; p < layout_->params.size(); ++p) {
-      const at::Tensor& param = layout_->params[p].tensor;
-      if (param.defined() && param.has_storage()) {
-        param_storages_.emplace(param.storage().unsafeGetStorageImpl(), static_cast<int32_t>(p));
-      }
-    }
-  }
-  auto it = param_storages_.find(tensor.storage().unsafeGetStorageImpl());
-  if (it == param_storages_.end() || it->second < 0) return;
-  const int32_t param = it->second;
-  it->second = -1;  // kept once
-  params_before_writes_.emplace_back(param, layout_->params[param].saved.clone());
-}
-
-void Recorder::RestoreWrittenParameters() {
-  // Halt copied the values saved in these parameters' storages first
-  // (CopySavedValuesOfModelState).
-  at::NoGradGuard no_grad;
-  for (const auto& [param, before] : params_before_writes_) {
-    layout_->params[param].saved.copy_(before);
-  }
+  index_.overwritten().push_back(OverwrittenValue{
+      SavedValue{-1, impl}, layout.saved, written_tensor, GeometryOf(tensor), -1, 0, at::Tensor()});
 }
 
 bool Recorder::AloneOnUnknownStorage(const at::Tensor& tensor) const {
@@ -180,12 +121,12 @@ bool Recorder::AloneOnUnknownStorage(const at::Tensor& tensor) const {
 
 void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t written_tensor) {
   if (!tensor.defined() || !tensor.has_storage()) return;
-  if (C10_UNLIKELY(may_halt_)) KeepParameterBeforeHalt(tensor);
+  if (C10_UNLIKELY(policy_.may_halt())) params_.KeepBeforeHalt(tensor);
   journal_.NoteWrite(tensor, kind, written_tensor);
-  if (!param_reads_.empty()) KeepWrittenParameters(tensor);  // NOTE [Parameters read by reference]
-  if (!unindexed_values_.empty() && !AloneOnUnknownStorage(tensor)) IndexSavedValues();
-  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
-  if (it == storages_.end()) return;
+  if (params_.any_read()) KeepWrittenParameters(tensor);  // NOTE [Parameters read by reference]
+  if (!index_.unindexed().empty() && !AloneOnUnknownStorage(tensor)) index_.IndexSavedValues();
+  auto it = index_.storages().find(tensor.storage().unsafeGetStorageImpl());
+  if (it == index_.storages().end()) return;
   StorageEntry& storage = it->second;
   if (C10_UNLIKELY(storage.streamed_param >= 0)) {
     PrepareStreamedParameterWrite(tensor, written_tensor, &storage);
@@ -199,7 +140,9 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
     for (const SavedValue& saved : storage.saved) {
       at::Tensor& value = record_.slot(saved.slot);
       if (saved.tensor != tensor.unsafeGetTensorImpl() &&
-          !Overlap(streaming_ ? streamed_slots_[saved.slot].bytes : ByteRange(value), range)) {
+          !Overlap(
+              policy_.streaming() ? index_.streamed_slots()[saved.slot].bytes : ByteRange(value),
+              range)) {
         storage.saved[kept++] = saved;
         continue;
       }
@@ -208,11 +151,11 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
       // be dead: not read.
       TensorEntry* entry = Find(saved.tensor, /*pinned=*/true);
       // A streamed value needs no copy: the sink has had it (NOTE [Streaming identity]).
-      overwritten_.push_back(OverwrittenValue{
-          saved, streaming_ ? StreamedAlias(tensor.storage(), saved.slot) : value, written_tensor,
-          *written, entry != nullptr ? entry->node : -1, entry != nullptr ? entry->output_index : 0,
-          at::Tensor(), /*pinned=*/true});
-      if (!streaming_) {
+      index_.overwritten().push_back(OverwrittenValue{
+          saved, policy_.streaming() ? index_.StreamedAlias(tensor.storage(), saved.slot) : value,
+          written_tensor, *written, entry != nullptr ? entry->node : -1,
+          entry != nullptr ? entry->output_index : 0, at::Tensor(), /*pinned=*/true});
+      if (!policy_.streaming()) {
         value = CopyOfSaved(value);
         ++record_.record().stats.copy_on_write_clones;
       }
@@ -244,18 +187,18 @@ void Recorder::PrepareWrite(const at::Tensor& tensor, WriteKind kind, int32_t wr
       if (entry == nullptr && !dead && impl != written_impl) {
         // Parameters are not in the table without saved values: NOTE [Parameters written
         // through views].
-        if (const int32_t param = ParamId(impl); param >= 0) {
+        if (const int32_t param = params_.IdOf(impl); param >= 0) {
           TensorEntry written_param;
           written_param.node = AddWrittenParameterNode(param, -1);
           Remember(at::Tensor(held), std::move(written_param));
         }
       }
-      overwritten_.push_back(OverwrittenValue{
+      index_.overwritten().push_back(OverwrittenValue{
           SavedValue{-1, impl}, at::Tensor(), written_tensor, TensorGeometry{}, node_before,
           output_before, dead ? at::Tensor() : at::Tensor(std::move(held)), dead});
     }
     if (impl == written_impl) {
-      NoteMovedAlias(tensor);
+      index_.NoteMovedAlias(tensor);
       continue;  // dropped: IndexMovedAliases indexes it again
     }
     if (kept != i) storage.aliased[kept] = std::move(aliased);
@@ -268,9 +211,9 @@ void Recorder::PrepareInplaceView(const at::Tensor& tensor, int32_t written_tens
   // See NOTE [In-place view ops].
   if (!tensor.defined() || !tensor.has_storage()) return;
   journal_.NoteGeometryChange(tensor, written_tensor);
-  IndexSavedValues();
-  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
-  if (it == storages_.end()) return;
+  index_.IndexSavedValues();
+  auto it = index_.storages().find(tensor.storage().unsafeGetStorageImpl());
+  if (it == index_.storages().end()) return;
   StorageEntry& storage = it->second;
   const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
   size_t kept = 0;
@@ -278,11 +221,11 @@ void Recorder::PrepareInplaceView(const at::Tensor& tensor, int32_t written_tens
     at::Tensor& value = record_.slot(saved.slot);
     // A detached alias saved in its place (NOTE [Address reuse in unsaved mode]) keeps its
     // geometry, and the bytes it shares: it stays indexed.
-    if (saved.tensor != impl || (!streaming_ && value.unsafeGetTensorImpl() != impl)) {
+    if (saved.tensor != impl || (!policy_.streaming() && value.unsafeGetTensorImpl() != impl)) {
       storage.saved[kept++] = saved;
       continue;
     }
-    if (!streaming_) {  // a streamed value needs no copy (NOTE [Streaming identity])
+    if (!policy_.streaming()) {  // a streamed value needs no copy (NOTE [Streaming identity])
       value = CopyOfSaved(value);
       ++record_.record().stats.copy_on_write_clones;
     }
@@ -293,25 +236,7 @@ void Recorder::PrepareInplaceView(const at::Tensor& tensor, int32_t written_tens
       [&](const AliasedTensor& aliased) { return aliased.alive._unsafe_get_target() == impl; });
   if (moved == storage.aliased.end()) return;
   storage.aliased.erase(moved);
-  NoteMovedAlias(tensor);
-}
-
-void Recorder::NoteMovedAlias(const at::Tensor& tensor) {
-  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
-  if (std::none_of(moved_aliases_.begin(), moved_aliases_.end(),
-                   [&](const at::Tensor& t) { return t.unsafeGetTensorImpl() == impl; })) {
-    moved_aliases_.push_back(tensor);
-  }
-}
-
-void Recorder::IndexMovedAliases() {
-  // See NOTE [Aliases change place].
-  for (const at::Tensor& tensor : moved_aliases_) {
-    if (!tensor.has_storage()) continue;
-    StorageEntry* entry = nullptr;
-    IndexAlias(tensor, tensor.storage().unsafeGetStorageImpl(), &entry);
-  }
-  moved_aliases_.clear();
+  index_.NoteMovedAlias(tensor);
 }
 
 }  // namespace torchlens

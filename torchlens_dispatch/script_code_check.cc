@@ -98,8 +98,8 @@ absl::Status CheckDebugInfo(absl::string_view pickle, const std::string& filenam
 // NOTE [Code LibTorch recurses over]
 // LibTorch parses TorchScript code by recursive descent, and frees and compiles the trees
 // it builds by recursion too, with no depth limit of its own: 200,000 nested parentheses,
-// a run of `not`s, a chain of `**` or of `x + x + ...` a million terms long overflowed the
-// stack (a crash, whatever the caller catches; a helper's review, 2026-12-06). Code that
+// a run of `not`s, a chain of `**` or of `x + x + ...` a million terms long overflows the
+// stack (a crash, whatever the caller catches). Code that
 // TorchScript prints is flat: one call per statement, brackets a few deep. So before
 // anything parses a record its tokens are counted: brackets and blocks nested at most 256
 // deep, and at most 1,024 operator tokens (and 65,536 tokens in all) per logical line.

@@ -263,9 +263,8 @@ void FoldConstantBranches(torch::jit::Block* block) {
 // A marker must be the last one to run before its op dispatches, so nothing that dispatches
 // may run between them. Within that constraint it goes before the nodes that only gather
 // the op's arguments (attribute reads, constants, list and tuple packing), not between
-// them and the op, where a marker stalls the reads that follow it (it halved the cost of
-// markers on a large MLP; README "Performance"). Only these node kinds are stepped
-// over: none of them dispatches, and none has blocks that could hold other ops' markers.
+// them and the op, where a marker stalls the reads that follow it. Only these node kinds are
+// stepped over: none of them dispatches, and none has blocks that could hold other ops' markers.
 bool GathersArguments(const torch::jit::Node* node) {
   const c10::Symbol kind = node->kind();
   return node->blocks().empty() &&

@@ -70,9 +70,8 @@ struct SitePath {
 // Marked sites live as long as their private plan (NOTE [Private plan lifetime]).
 // Aligned to a cache line, with what every capture reads first: a model's sites are cold
 // by the time its next capture runs, and one miss per op is the cost that grows with the
-// model (README "Performance"). The marker prefetches its site, which the recorder reads
-// after the op ran. A site does not prefetch the next one: on large models the prefetch
-// instruction itself stalled (profiled), and captures were faster without it.
+// model. The marker prefetches its site, which the recorder reads after the op ran. A site
+// does not prefetch the next one: on large models the prefetch instruction itself stalls.
 struct alignas(64) MarkedSite {
   c10::Symbol op;                 // the node's operator, e.g. aten::linear
   bool unknown_instance = false;  // see ParsedHierarchy

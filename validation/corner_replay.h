@@ -4,23 +4,22 @@
 // NOTE [Perturbing a corner]
 // Validation proves an edge by perturbing the parent and seeing the op's output change
 // (NOTE [Perturbations that can prove] in values.h): one more run of the op per parent.
-// For a convolution or a max pooling that run costs as much as the op, and on ResNet-18
-// these ops are 95% of the forward, so the perturbed runs alone cost as much as the
-// plain forward. But the first output position of the first sample of such an op reads
-// only a corner of the input: that sample's elements [0, e) along each spatial dimension,
-// e = dilation * (kernel - 1) - padding + 1 (the window at position 0 starts `padding`
-// before the first element). The same op, every other argument as it is, computes that
-// position from the corner alone as it does from the whole input; so if perturbing the
-// corner changes what the op gives there, the op's output depends on its input.
-// Validation runs the op once on a batch of two samples, the corner as saved and the
-// corner perturbed, and compares the two samples of the result. Both go through the same
-// kernel in the same call: two calls on a lone small corner would be slower than the whole
-// op, as LibTorch 1.13 runs a convolution of one sample smaller than 20,481 elements
-// with its unoptimized kernel (and the corner's result cannot be compared with the saved
-// output: another kernel rounds differently). When the two samples agree, or the call
-// fails, the whole input is perturbed as before, so the edges proved are the same and the
-// unproved ones are found by the same runs; an edge the corner proves costs a fraction of
-// the op. The replay that checks the op's value always runs on the whole saved input.
+// For a convolution or a max pooling that run costs as much as the op, and in a CNN these
+// ops are most of the forward, so the perturbed runs alone cost about a plain forward. But the
+// first output position of the first sample of such an op reads only a corner of the input: that
+// sample's elements [0, e) along each spatial dimension, e = dilation * (kernel - 1) - padding + 1
+// (the window at position 0 starts `padding` before the first element). The same op, every other
+// argument as it is, computes that position from the corner alone as it does from the whole input;
+// so if perturbing the corner changes what the op gives there, the op's output depends on its
+// input. Validation runs the op once on a batch of two samples, the corner as saved and the corner
+// perturbed, and compares the two samples of the result. Both go through the same kernel in the
+// same call: two calls on a lone small corner would be slower than the whole op, as LibTorch 1.13
+// runs a convolution of one sample smaller than 20,481 elements with its unoptimized kernel (and
+// the corner's result cannot be compared with the saved output: another kernel rounds differently).
+// When the two samples agree, or the call fails, the whole input is perturbed as before, so the
+// edges proved are the same and the unproved ones are found by the same runs; an edge the corner
+// proves costs a fraction of the op. The replay that checks the op's value always runs on the whole
+// saved input.
 #ifndef TORCHLENS_VALIDATION_CORNER_REPLAY_H_
 #define TORCHLENS_VALIDATION_CORNER_REPLAY_H_
 

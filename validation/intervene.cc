@@ -161,7 +161,7 @@ class Intervention {
       for (int32_t parent : op.parent_indices)
         reached[i] = reached[i] || (parent >= 0 && reached[parent]);
       // A saved op's alias write of a tensor whose value was not saved has no value either
-      // (NOTE [Dead views are written too] in torchlens_dispatch/recorder.h).
+      // (NOTE [Dead views are written too] in torchlens_dispatch/saved_value_index.h).
       const bool values_unsaved =
           !op.saved() ||
           std::any_of(op.alias_writes.begin(), op.alias_writes.end(),

@@ -6,8 +6,8 @@
 // capture holds what the model passed, which the kernel was fine with; a trace file holds
 // whatever the file says. Most kernels check what they index with (`index_select`,
 // `gather`, `embedding`: a c10::Error, which replay reports), but some trust their
-// arguments and read or write outside their tensors when those lie (a helper's review of
-// LibTorch 1.13's sources, 2026-12-06): `as_strided`'s bounds check multiplies the offset
+// arguments and read or write outside their tensors when those lie (LibTorch 1.13's
+// sources): `as_strided`'s bounds check multiplies the offset
 // by the element size and wraps near 2^62; `embedding_bag` with `include_last_offset`
 // writes past its output when the last offset is short; `ctc_loss` reads `log_probs` at
 // unchecked targets; `searchsorted` at unchecked `sorter` entries; `repeat_interleave`

@@ -387,8 +387,8 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
   const int64_t written_size = static_cast<int64_t>(written.element_size());
   const int64_t aliased_size = static_cast<int64_t>(before.element_size());
   const int64_t align = std::max(written_size, aliased_size);
-  // A trace file's geometries may be ones no tensor has (helper review, 2026-12-06: strides
-  // near 2^62 overflowed these sums).
+  // A trace file's geometries may be ones no tensor has (strides near 2^62 overflow these
+  // sums).
   const absl::StatusOr<std::pair<int64_t, int64_t>> written_range =
       CheckedElementRange(write.written, written_size);
   const absl::StatusOr<std::pair<int64_t, int64_t>> aliased_range =

@@ -50,8 +50,8 @@ c10::ArrayRef<c10::IValue> Arguments(const Op& op) {
 // they got there. Replay compares the elements the tensor had, the first `numel` of its
 // input (a contiguous input keeps them, in order, at the start of a contiguous output),
 // and only the shape and dtype of the rest, or of all when a layout is not contiguous.
-// (PyTorch's functionalization test `test_resize_larger` grows a view so; the check
-// failed on the garbage before 2026-12-06.) The number compared, or nullopt when `op` does
+// (PyTorch's functionalization test `test_resize_larger` grows a view so.) The number
+// compared, or nullopt when `op` does
 // not grow its input.
 std::optional<int64_t> ElementsKeptByResize(const Op& op, const std::vector<at::Tensor>& saved,
                                             const at::Tensor& output, const at::Tensor& replayed) {
@@ -190,7 +190,7 @@ class Validator {
   // Whether the value `source` names was not saved by a partly saved capture: its op's
   // values, or the value after one of its alias writes, which the capture saves only when it
   // saved the written tensor's value before (NOTE [Dead views are written too] in
-  // torchlens_dispatch/recorder.h).
+  // torchlens_dispatch/saved_value_index.h).
   bool Unsaved(const ArgSource& source) const {
     const Op* node = source.kind == ArgSource::Kind::kNode ? Node(source.name) : nullptr;
     if (node == nullptr || !node->is_compute()) return false;

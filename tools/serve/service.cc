@@ -123,9 +123,8 @@ absl::Status Service::Flush() {
 // NOTE [Traces freed where they were made]
 // A trace's memory comes from the capturing thread's malloc arena. Freed by the writer
 // thread, each of its thousands of blocks took that arena's lock while the request thread
-// allocated from it for its next, uncaptured requests: with one arena for all threads
-// (MALLOC_ARENA_MAX=1) the p99 of uncaptured requests at 1% sampling rose to 4.2x, and
-// it was 1.2x-1.6x with one arena per thread. The writer therefore hands each written
+// allocated from it for its next, uncaptured requests, which raised their tail latency
+// (tools/BENCH_RESULTS.md). The writer therefore hands each written
 // trace back, and the thread that captured it frees it at its next capture, a request
 // that pays for capturing anyway (or Flush frees what is left).
 void Service::FreeWrittenTraces() {

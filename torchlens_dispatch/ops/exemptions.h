@@ -84,7 +84,7 @@ bool Uninitialized(absl::string_view op);
 // (copy-on-write) or when it was streamed: the copy starts at offset 0 and holds the
 // input's elements only, so the replay reads other bytes than the capture did. Such a
 // replay that differs is reported as unproved, never as a failure; the model did nothing
-// wrong. (Before 2026-12-06 both examples above failed validation.)
+// wrong.
 
 // Why the op's result is not reproducible bit for bit from its arguments (the empty string
 // when it is): NOTE [Kernels that read memory they never initialized], NOTE [Replays of

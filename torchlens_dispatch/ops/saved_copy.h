@@ -1,5 +1,5 @@
 // The private copy a saved value gets before the model overwrites it (NOTE [Copy-on-write
-// of saved values] in recorder.h).
+// of saved values] in saved_value_index.h).
 //
 // NOTE [Streaming copies of saved values]
 // Such a copy is written once and read, if ever, long after the capture (validation,
