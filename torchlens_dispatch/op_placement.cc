@@ -21,8 +21,7 @@ OpPlacement::Place OpPlacement::Locate(c10::Symbol symbol, int32_t op_index, int
                           : layout_.eager     ? EagerSite()
                                               : ScriptSite{};
   Place place;
-  place.module =
-      site.in_script || layout_.eager ? site.module : std::max<int32_t>(owner_module, 0);
+  place.module = site.in_script || layout_.eager ? site.module : std::max<int32_t>(owner_module, 0);
   if (site.in_script && site.unknown_instance && owner_module >= 0 &&
       IsWithin(owner_module, site.module)) {
     // TorchScript could not name the submodule (a ModuleList iterated in a loop): the

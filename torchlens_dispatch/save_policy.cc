@@ -32,8 +32,7 @@ SavePolicy::SavePolicy(const CaptureOptions& options, const ModelLayout& layout)
 }
 
 SavePolicy::Decision SavePolicy::Decide(const std::string& type, int32_t type_id,
-                                        std::string_view func_name,
-                                        const OpPlacement::Place& place,
+                                        std::string_view func_name, const OpPlacement::Place& place,
                                         const OpPlacement& placement) {
   Decision decision;
   decision.save = saves_ && !over_budget_;

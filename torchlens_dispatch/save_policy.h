@@ -37,9 +37,7 @@ class SavePolicy {
   // Whether the forward may be stopped early (halt_after, stop_at_non_finite).
   bool may_halt() const { return may_halt_; }
   // Labels are computed while capturing: the id of an operator type for them, or -1.
-  int32_t TypeId(const std::string& type) {
-    return labels_needed_ ? numbering_.TypeId(type) : -1;
-  }
+  int32_t TypeId(const std::string& type) { return labels_needed_ ? numbering_.TypeId(type) : -1; }
 
   struct Decision {
     bool save = false;         // keep the op's values
@@ -69,8 +67,8 @@ class SavePolicy {
   const bool selective_;
   bool may_halt_ = false;
   bool labels_needed_ = false;
-  std::string halt_label_;                // halt_after, when it is a label
-  int32_t halt_module_ = -1;              // or a module (id), entered once ops ran in it
+  std::string halt_label_;    // halt_after, when it is a label
+  int32_t halt_module_ = -1;  // or a module (id), entered once ops ran in it
   bool halt_module_entered_ = false;
   std::vector<int32_t> save_module_ids_;  // save_modules, as module ids
   LayerNumbering numbering_;              // labels while capturing

@@ -17,7 +17,7 @@ void SavedValueIndex::IndexSavedValues() {
 }
 
 void SavedValueIndex::IndexAlias(const at::Tensor& tensor, c10::StorageImpl* storage,
-                          StorageEntry** entry) {
+                                 StorageEntry** entry) {
   if (*entry == nullptr) {
     *entry = &storages_[storage];
     if (!(*entry)->pinned.has_value()) {  // NOTE [Dead views are written too]

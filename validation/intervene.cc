@@ -18,6 +18,7 @@
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
+#include "validation/fused_views.h"
 #include "validation/replay.h"
 
 namespace torchlens {

@@ -29,6 +29,7 @@
 #include "torchlens_dispatch/ops/exemptions.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/corner_replay.h"
+#include "validation/fused_views.h"
 #include "validation/kernel_preconditions.h"
 #include "validation/perturbed_tensors.h"
 #include "validation/replay.h"
