@@ -22,21 +22,23 @@ namespace {
 using Kind = PickleNode::Kind;
 
 // Names the tensors of a run pickle by where they sit, and refuses values that contain
-// themselves, nest deeper than kMaxPickleNesting or expand past kMaxPickleExpandedValues:
+// themselves, nest deeper than their file kind allows (NOTE [Pickle nesting by file kind])
+// or expand past kMaxPickleExpandedValues:
 // LibTorch walks loaded values recursively (restoring type tags, freeing), which a cycle or
 // a deep chain overflows, and every walk after loading follows each path. Depths recorded
 // while the program ran can be stale (a list filled after it was put in another), so the
 // walk counts its own.
 class TensorNamer {
  public:
-  explicit TensorNamer(const PickleValues& values)
+  TensorNamer(const PickleValues& values, uint32_t max_nesting)
       : values_(values),
+        max_nesting_(max_nesting),
         state_(values.nodes.size(), kUnvisited),
         expanded_(values.nodes.size(), 1) {}
 
   absl::Status Walk(std::vector<std::string>* names) {
     names_.assign(values_.tensors.size(), "(unreachable)");
-    // An explicit stack, not recursion: values may nest kMaxPickleNesting deep, and the
+    // An explicit stack, not recursion: values may nest thousands of levels deep, and the
     // walk must not need that many native frames (under AddressSanitizer, 10,000 frames
     // overflow an 8 MB stack).
     std::string path;
@@ -93,9 +95,9 @@ class TensorNamer {
 
   absl::Status Enter(uint32_t id, uint32_t depth, size_t restore, std::string* path,
                      std::vector<Frame>* stack) {
-    if (depth > kMaxPickleNesting) {
+    if (depth > max_nesting_) {
       return absl::InvalidArgumentError(
-          absl::StrCat("values nest deeper than ", kMaxPickleNesting, " levels"));
+          absl::StrCat("values nest deeper than ", max_nesting_, " levels"));
     }
     if (state_[id] == kVisiting) {
       return absl::InvalidArgumentError(absl::StrCat("the value at '", *path, "' contains itself"));
@@ -180,6 +182,7 @@ class TensorNamer {
   }
 
   const PickleValues& values_;
+  const uint32_t max_nesting_;
   std::vector<State> state_;
   std::vector<uint64_t> expanded_;  // of walked nodes: see Frame::expanded
   std::vector<std::string> names_;
@@ -386,7 +389,8 @@ absl::StatusOr<RunPickleRecord> CheckPickleRecord(const ZipArchive& zip,
   }
   RunPickleRecord run;
   run.values = *std::move(values);
-  if (absl::Status s = TensorNamer(run.values).Walk(&run.tensor_names); !s.ok()) {
+  if (absl::Status s = TensorNamer(run.values, options.max_nesting).Walk(&run.tensor_names);
+      !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
   }
   if (absl::Status s =
@@ -444,7 +448,8 @@ absl::StatusOr<CheckedArchive> CheckTorchArchive(absl::string_view bytes, Archiv
     return Invalid(kind, "it holds no code (data saved with torch.save, not a module?)");
   }
   // TorchScript archives hold module objects, and LibTorch's unpickler reads them.
-  const PickleOptions options{/*allow_objects=*/script, /*libtorch_dialect=*/script};
+  const PickleOptions options{/*allow_objects=*/script, /*libtorch_dialect=*/script,
+                              script ? kMaxModelArchiveNesting : kMaxPickleNesting};
   absl::StatusOr<RunPickleRecord> run = CheckPickleRecord(*zip, *data, "data/", options);
   if (!run.ok()) return Invalid(kind, run.status().message());
   if (script) {

@@ -350,6 +350,32 @@ TEST(ArchiveCheckTest, ValuesThatContainThemselvesOrNestTooDeeplyAreRefused) {
               HasSubstr("values nest deeper than 1000 levels"));
 }
 
+// NOTE [Pickle nesting by file kind]: a model archive's modules nest one pickle level each,
+// as deep as LibTorch's pickler writes them; a torch.save file is bounded as Python's
+// pickler is.
+TEST(ArchiveCheckTest, ModelArchivesNestAsDeepAsTheirModules) {
+  auto nested = [](int levels) {
+    // (EMPTY_LIST, MARK) x (levels - 1), EMPTY_LIST, APPENDS x (levels - 1): lists
+    // `levels` deep, in the opcodes LibTorch's unpickler reads.
+    std::string program;
+    for (int i = 1; i < levels; ++i) program += "](";
+    return Program(program + "]" + std::string(levels - 1, 'e'));
+  };
+  auto script = [&](int levels) {
+    return Zip(
+        {{"m/data.pkl", nested(levels)}, {"m/version", "3\n"}, {"m/code/__torch__.py", "x"}});
+  };
+  for (int levels : {1001, 2500, 8192}) {
+    absl::StatusOr<CheckedArchive> checked =
+        CheckTorchArchive(script(levels), ArchiveKind::kTorchScript);
+    EXPECT_TRUE(checked.ok()) << levels << ": " << checked.status();
+  }
+  EXPECT_THAT(Message(script(8193), ArchiveKind::kTorchScript),
+              HasSubstr("values nest deeper than 8192 levels"));
+  EXPECT_THAT(Message(Zip({{"a/data.pkl", nested(1001)}})),
+              HasSubstr("values nest deeper than 1000 levels"));
+}
+
 // Shared containers are one value each in memory, but every walk after loading (the
 // capture marking its inputs, a replay mapping arguments) follows each path: `x = [x, x]`
 // sixty times over, 400 bytes of pickle, is 2^61 elements (helper probe, session 12: the

@@ -163,8 +163,8 @@ class Machine {
   absl::StatusOr<uint32_t> New(PickleNode node) {
     for (uint32_t item : node.items) node.depth = std::max(node.depth, Node(item).depth + 1);
     if (node.state != kNoNode) node.depth = std::max(node.depth, Node(node.state).depth + 1);
-    if (node.depth > kMaxPickleNesting) {
-      return Error(absl::StrCat("values nest deeper than ", kMaxPickleNesting, " levels"));
+    if (node.depth > options_.max_nesting) {
+      return Error(absl::StrCat("values nest deeper than ", options_.max_nesting, " levels"));
     }
     values_.nodes.push_back(std::move(node));
     return static_cast<uint32_t>(values_.nodes.size() - 1);
@@ -199,8 +199,8 @@ class Machine {
       Node(id).depth = std::max(Node(id).depth, Node(item).depth + 1);
       Node(id).items.push_back(item);
     }
-    if (Node(id).depth > kMaxPickleNesting) {
-      return Error(absl::StrCat("values nest deeper than ", kMaxPickleNesting, " levels"));
+    if (Node(id).depth > options_.max_nesting) {
+      return Error(absl::StrCat("values nest deeper than ", options_.max_nesting, " levels"));
     }
     return absl::OkStatus();
   }
@@ -495,8 +495,8 @@ class Machine {
         }
         object.state = popped[1];
         object.depth = std::max(object.depth, Node(popped[1]).depth + 1);
-        if (object.depth > kMaxPickleNesting) {
-          return Error(absl::StrCat("values nest deeper than ", kMaxPickleNesting, " levels"));
+        if (object.depth > options_.max_nesting) {
+          return Error(absl::StrCat("values nest deeper than ", options_.max_nesting, " levels"));
         }
         stack_.push_back(popped[0]);
         return absl::OkStatus();

@@ -84,13 +84,25 @@ struct PickleNode {
   // kList, kDict: the TorchScript type a `restore_type_tag` or `build_intlist` (...) call
   // gave the container, "List[int]", "Dict[str, Any]"; empty when untyped.
   std::string type_tag;
-  uint32_t depth = 1;  // nesting, bounded by kMaxPickleNesting
+  uint32_t depth = 1;  // nesting, bounded by PickleOptions::max_nesting
 };
 
-// Deeper containers are refused: walking, converting (graph/torch_load.cc, about 1.5 KB
-// of stack per level) and freeing them recurses, and 7,000 levels overflowed an 8 MB
-// stack. Python's pickler cannot write deeper than its recursion limit, 1,000 by default.
+// NOTE [Pickle nesting by file kind]
+// Deeper containers are refused, at a depth derived from who writes the file and what
+// reads it after the check.
+//   * torch.save files (inputs) and trace files: converted by graph/torch_load.cc, which
+//     recurses with about 1.5 KB of stack per level, possibly on a Python thread's 8 MB;
+//     Python's pickler cannot write deeper than its recursion limit, 1,000 by default, and
+//     torchlens' trace writer never nests past a few levels. kMaxPickleNesting.
+//   * TorchScript archives: written by LibTorch's C++ pickler, which nests each module's
+//     object in its parent's state, one level per level of modules, whatever Python's
+//     recursion limit; read by LibTorch on the loader thread's 512 MiB stack
+//     (torchlens_dispatch/large_stack.h), whose archive check already bounds the methods at
+//     4,096, each nested module bringing its forward. kMaxModelArchiveNesting allows two
+//     levels per bounded method and stays far within that stack (LibTorch's loader and
+//     the destruction of the values use well under 64 KiB per level).
 inline constexpr uint32_t kMaxPickleNesting = 1000;
+inline constexpr uint32_t kMaxModelArchiveNesting = 8192;
 
 // Containers shared by reference can hold each other many times over: `x = [x, x]` sixty
 // times is a few hundred bytes that every walk over its elements (the capture marking its
@@ -129,6 +141,8 @@ struct PickleOptions {
   // Accept only what LibTorch 1.13's own unpickler reads (NOTE [LibTorch's pickle
   // dialect]): for pickles LibTorch runs after the check.
   bool libtorch_dialect = false;
+  // NOTE [Pickle nesting by file kind].
+  uint32_t max_nesting = kMaxPickleNesting;
 };
 
 // kInvalidArgument naming the opcode, its byte offset and what is wrong.

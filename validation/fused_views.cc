@@ -156,9 +156,9 @@ absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::str
         if (index != 0) return saved;
         return step.inplace_view ? parent_view->alias() : *parent_view;
       });
-  absl::StatusOr<ReplayResult> remade = step.inplace_view
-                                            ? ReplayOp(*view, std::move(args), /*private_tensors=*/{0})
-                                            : ReplayOp(*view, std::move(args));
+  absl::StatusOr<ReplayResult> remade =
+      step.inplace_view ? ReplayOp(*view, std::move(args), /*private_tensors=*/{0})
+                        : ReplayOp(*view, std::move(args));
   if (!remade.ok()) return remade.status();
   if (output >= static_cast<int>(remade->outputs.size()) || !remade->outputs[output].defined() ||
       !remade->outputs[output].is_alias_of(base)) {

@@ -3,6 +3,7 @@
 
 usage: pytorch_test_cases.py --cli PATH/TO/torchlens --out DIR [--sources S,S...]
            [--ops NAME,NAME...] [--samples N] [--limit N] [--round_trip_every K] [--timeout S]
+           [--shard I/N]
 
 PyTorch's tests describe thousands of operator and module calls, with inputs chosen to
 reach their corner cases. Each call becomes a TorchScript model and an input file, and the
@@ -55,6 +56,7 @@ import sys
 import tempfile
 import time
 import warnings
+import zlib
 from typing import Any, List, NamedTuple
 
 import torch
@@ -208,11 +210,11 @@ def op_case(name, op, fn, sample, clone_first=False):
                      "trace")
 
 
-def op_cases(op_db, source, samples, wanted):
+def op_cases(op_db, source, samples, keeps):
     """Yields the cases of one op_db source, ops in name order, each op's samples seeded."""
     for info in sorted(op_db, key=lambda o: (o.name, o.variant_test_name)):
         op = info.name + ("." + info.variant_test_name if info.variant_test_name else "")
-        if wanted and op not in wanted:
+        if not keeps(op):
             continue
         if source == "inplace" and info.inplace_variant is None:
             continue
@@ -244,10 +246,10 @@ def op_cases(op_db, source, samples, wanted):
                     yield op_case(name, op, call, sample, clone_first)
 
 
-def module_db_cases(module_db, samples, wanted):
+def module_db_cases(module_db, samples, keeps):
     """module_db: per module, mode and sample, a scripted (tensor-only forward) and traced case."""
     for info in sorted(module_db, key=lambda m: m.name):
-        if wanted and info.name not in wanted:
+        if not keeps(info.name):
             continue
         if "Lazy" in info.name:  # materialize on first call: not a fixed graph
             yield Skip(info.name, info.name, "lazy module")
@@ -285,13 +287,13 @@ def module_db_cases(module_db, samples, wanted):
                                 tensors, mode, "trace")
 
 
-def nn_cases(common_nn, wanted):
+def nn_cases(common_nn, keeps):
     """common_nn's module and criterion tests (tensor inputs only), double made float."""
     tests = [(t, False) for t in common_nn.module_tests + common_nn.new_module_tests]
     tests += [(t, True) for t in common_nn.criterion_tests]
     for test, criterion in sorted(tests, key=lambda t: nn_test_name(t[0])):
         op = nn_test_name(test)
-        if wanted and op not in wanted:
+        if not keeps(op):
             continue
         if "Lazy" in op:
             yield Skip(op, op, "lazy module")
@@ -402,11 +404,24 @@ def main():
     parser.add_argument("--round_trip_every", type=int, default=5,
                         help="round-trip every K-th case through --save and --trace (0: none)")
     parser.add_argument("--timeout", type=float, default=60, help="seconds per CLI run")
+    parser.add_argument("--shard", default="0/1",
+                        help="I/N: only the ops and modules whose name hashes to shard I of N "
+                             "(Bazel's TEST_SHARD_INDEX/TEST_TOTAL_SHARDS)")
     args = parser.parse_args()
+    try:
+        shard, shards = (int(part) for part in args.shard.split("/"))
+        assert 0 <= shard < shards
+    except (ValueError, AssertionError):
+        parser.error(f"--shard {args.shard}: expected I/N with 0 <= I < N")
     sources = args.sources.split(",")
     if set(sources) - set(SOURCES):
         parser.error(f"unknown sources {set(sources) - set(SOURCES)}; known: {SOURCES}")
     wanted = set(filter(None, args.ops.split(",")))
+
+    def keeps(name):
+        # A stable hash, so that every shard of a run agrees on who owns each name.
+        return (not wanted or name in wanted) and zlib.crc32(name.encode()) % shards == shard
+
     cli = os.path.abspath(args.cli)
 
     warnings.filterwarnings("ignore")
@@ -414,12 +429,12 @@ def main():
     op_db, module_db, common_nn = import_test_suites()
     op_samples = 3 if args.samples is None else args.samples
     generators = {
-        "opinfo": lambda: op_cases(op_db, "opinfo", op_samples, wanted),
-        "inplace": lambda: op_cases(op_db, "inplace", op_samples, wanted),
-        "noncontiguous": lambda: op_cases(op_db, "noncontiguous", 1, wanted),
+        "opinfo": lambda: op_cases(op_db, "opinfo", op_samples, keeps),
+        "inplace": lambda: op_cases(op_db, "inplace", op_samples, keeps),
+        "noncontiguous": lambda: op_cases(op_db, "noncontiguous", 1, keeps),
         "modules": lambda: module_db_cases(
-            module_db, 4 if args.samples is None else args.samples, wanted),
-        "nn": lambda: nn_cases(common_nn, wanted),
+            module_db, 4 if args.samples is None else args.samples, keeps),
+        "nn": lambda: nn_cases(common_nn, keeps),
     }
     os.makedirs(args.out, exist_ok=True)
     counts = dict.fromkeys(("passed", "failed", "crashed", "refused"), 0)
@@ -448,7 +463,7 @@ def main():
             if result["status"] != "passed":
                 print(f"{item.name}: {result['status']}: {result['detail']}", flush=True)
     print(f"{skipped} calls or exports skipped, why in {os.path.join(args.out, 'skips.jsonl')}")
-    missing = sorted(wanted - ran) if not limited else []
+    missing = sorted(name for name in wanted - ran if keeps(name)) if not limited else []
     for op in missing:
         print(f"{op}: no case (not in the sources, or every call skipped)")
     total = sum(counts.values())
