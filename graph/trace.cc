@@ -232,7 +232,7 @@ Trace Trace::Deferred(TraceParts known, bool partial, absl::AnyInvocable<TracePa
   return trace;
 }
 
-TraceParts Trace::Parts() const {
+TraceParts Trace::Parts(bool gradients_follow) const {
   const Graph& graph = this->graph();
   TraceParts parts;
   parts.ops = graph.ops;
@@ -259,6 +259,7 @@ TraceParts Trace::Parts() const {
   parts.backward_ops = graph.backward_ops;
   parts.param_grads = graph.param_grads;
   parts.records_gradients = graph.records_gradients;
+  if (gradients_follow) parts.gradients = graph.gradients;
   return parts;
 }
 

@@ -382,8 +382,11 @@ class Trace {
   // `known` now. `partial` says whether the built graph will have a partial reason.
   static Trace Deferred(TraceParts known, bool partial, absl::AnyInvocable<TraceParts()> build);
   // The parts of this trace, for building a fork with Assemble: ops and buffers are copies
-  // whose tensors are shared, module and parameter metadata is shared.
-  TraceParts Parts() const;
+  // whose tensors are shared, module and parameter metadata is shared. The gradients are a
+  // snapshot; with `gradients_follow`, the trace assembled from the parts is the one the
+  // gradient store fills from then on, instead of this one (a trace rebuilt in its place,
+  // graph/trace_file_writer.cc; NOTE [Gradients in a trace] in graph/gradients.h).
+  TraceParts Parts(bool gradients_follow = false) const;
 
  private:
   template <typename T>

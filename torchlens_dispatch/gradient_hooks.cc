@@ -165,7 +165,8 @@ std::shared_ptr<GradientStore> GradientHooks::Finish(const CaptureRecord& record
       }
       continue;
     }
-    if (node.sources_end <= node.sources_begin) continue;
+    // A fused write (running statistics) is the kernel's, not its output's value.
+    if (*node.write_kind == WriteKind::kFused || node.sources_end <= node.sources_begin) continue;
     const SourceRecord& producer = record.sources[node.sources_begin];
     if (producer.kind != SourceRecord::Kind::kNode || producer.output_index < 0) continue;
     aliases.push_back(
