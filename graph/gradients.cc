@@ -85,7 +85,7 @@ bool GradientStore::OnNode(int32_t node, const void* task, const std::vector<at:
   executed_.push_back(node);
   for (const at::Tensor& grad : grads) {
     if (!grad.defined()) continue;
-    backward.shape = grad.sizes().vec();
+    backward.shape.assign(grad.sizes().begin(), grad.sizes().end());
     backward.dtype = grad.scalar_type();
     break;
   }

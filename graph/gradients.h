@@ -27,6 +27,7 @@
 #ifndef TORCHLENS_GRAPH_GRADIENTS_H_
 #define TORCHLENS_GRAPH_GRADIENTS_H_
 
+#include <ATen/core/DimVector.h>
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -108,7 +109,7 @@ class GradientStore {
     // In the running or latest call: its position in execution order (-1: it did not run),
     // and its first input gradient's shape and dtype.
     int32_t ran = -1;
-    std::vector<int64_t> shape;
+    at::DimVector shape;  // inline: no allocation per node in the backward
     c10::ScalarType dtype = c10::ScalarType::Undefined;
   };
   // Clears the previous call's gradients (the store's and the attached trace's).

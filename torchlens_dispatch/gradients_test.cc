@@ -105,6 +105,20 @@ TEST(GradientsTest, DetachedBranchAndInputsWithoutGradHaveNone) {
   EXPECT_FALSE(Node(captured.trace, "mul_1_4:1").grad.defined());
 }
 
+// BatchNorm's running statistics are written by its kernel (fused versions): no gradient,
+// whatever its output's.
+TEST(GradientsTest, FusedBufferVersionsHaveNoGradient) {
+  Captured captured = Capture("grad_convbn_train");
+  SumOfOutputs(captured.outputs).backward();
+  int versions = 0;
+  for (const Op* version : captured.trace.buffer_write_ops()) {
+    ++versions;
+    EXPECT_FALSE(version->grad.defined()) << version->label;
+  }
+  EXPECT_EQ(versions, 3);  // running_mean, running_var, num_batches_tracked
+  EXPECT_TRUE(Node(captured.trace, "batch_norm_1_3:1").grad.defined());
+}
+
 // Parameters' .grad after backward() are bit-identical with and without a capture that
 // collects gradients, for every gradient model and the core models that backward accepts.
 TEST(GradientsTest, ParameterGradsBitIdenticalToUncapturedRun) {
