@@ -177,6 +177,13 @@ void GradientStore::BuildBackwardOpsLocked() {
       built[to].parent_indices.push_back(node.ran);
     }
   }
+  // A parameter's accumulation differentiates no node of its own: it is linked to the op
+  // that read the parameter, whose backward fed it first.
+  for (Op& op : built) {
+    if (op.forward_label.empty() && !op.parent_indices.empty()) {
+      op.forward_label = built[op.parent_indices[0]].forward_label;
+    }
+  }
 }
 
 void GradientStore::Attach(std::vector<Op>* ops, std::vector<Op>* backward_ops,

@@ -99,7 +99,7 @@ absl::StatusOr<std::optional<NonFiniteGradient>> FirstNonFiniteGradient(const Tr
   std::vector<std::pair<std::string, bool>> order;  // (label or address, is a parameter)
   absl::flat_hash_set<std::string> seen;
   for (const Op* backward : trace.backward_ops()) {
-    const bool param = backward->forward_label.empty();
+    const bool param = !backward->address.empty();
     const std::string& name = param ? backward->address : backward->forward_label;
     if (!name.empty() && seen.insert(absl::StrCat(param ? "p:" : "n:", name)).second) {
       order.emplace_back(name, param);
@@ -115,8 +115,8 @@ absl::StatusOr<std::optional<NonFiniteGradient>> FirstNonFiniteGradient(const Tr
   }
   auto first_backward_op = [&](const std::string& name, bool param) {
     for (const Op* backward : trace.backward_ops()) {
-      if (param ? backward->forward_label.empty() && backward->address == name
-                : backward->forward_label == name) {
+      if (param ? backward->address == name
+                : backward->address.empty() && backward->forward_label == name) {
         return backward->label;
       }
     }

@@ -317,15 +317,13 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
         const Op& op = *backward[b];
         index.emplace(op.label, b);
         std::string text = absl::StrCat(op.label, "\n", FormatShape(op.tensor_shape));
-        if (op.forward_label.empty() && !op.address.empty())
-          absl::StrAppend(&text, "\n", op.address);
-        absl::StrAppend(
-            &dot, "    b", b,
-            " [shape=box, style=\"rounded,filled\", fillcolor=\"#e4d0f2\", "
-            "color=\"#9b6bc0\", tooltip=",
-            Quote(absl::StrCat("differentiates ",
-                               op.forward_label.empty() ? op.address : op.forward_label)),
-            ", label=", Quote(text), "];\n");
+        if (!op.address.empty()) absl::StrAppend(&text, "\n", op.address);
+        absl::StrAppend(&dot, "    b", b,
+                        " [shape=box, style=\"rounded,filled\", fillcolor=\"#e4d0f2\", "
+                        "color=\"#9b6bc0\", tooltip=",
+                        Quote(absl::StrCat("differentiates ",
+                                           op.address.empty() ? op.forward_label : op.address)),
+                        ", label=", Quote(text), "];\n");
       }
       absl::StrAppend(&dot, "  }\n");
       for (size_t b = 0; b < backward.size(); ++b) {
@@ -335,7 +333,10 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
           if (it != index.end())
             absl::StrAppend(&dot, "  b", b, " -> b", it->second, " [color=\"#9b6bc0\"];\n");
         }
-        const int forward = op.forward_label.empty() ? -1 : trace.IndexOfLabel(op.forward_label);
+        // A parameter's accumulation is drawn with its parameter's name, untied.
+        const int forward = !op.address.empty() || op.forward_label.empty()
+                                ? -1
+                                : trace.IndexOfLabel(op.forward_label);
         if (forward < 0 || !drawn[grouping.group_of[forward]]) continue;
         absl::StrAppend(&dot, "  b", b, " -> ", NodeId(grouping.group_of[forward]),
                         " [style=dotted, color=\"#9b6bc0\", arrowhead=none, "

@@ -68,7 +68,7 @@ std::string GradientSections(const Trace& trace) {
   Table ops;
   ops.Add({"label", "differentiates", "module", "grad shape", "parents"});
   for (const Op* op : backward) {
-    ops.Add({op->label, op->forward_label.empty() ? op->address : op->forward_label,
+    ops.Add({op->label, op->address.empty() ? op->forward_label : op->address,
              ModuleColumn(op->module_address), FormatShape(op->tensor_shape),
              absl::StrJoin(op->parents, ", ")});
   }

@@ -206,8 +206,10 @@ struct Op {
   // reached the node.
   std::vector<at::Tensor> grads;
   // A backward op (`kind == kBackward`): the label of the forward node whose gradient it
-  // computes, the op that made it (or the input it accumulates into); empty for a
-  // parameter's accumulation, whose `address` names the parameter. Empty for forward nodes.
+  // computes, the op that made it (or the input it accumulates into). A parameter's
+  // accumulation (`AccumulateGrad`, whose `address` names the parameter) is linked to the
+  // op that read the parameter (the first to feed it, when several did). Empty for forward
+  // nodes.
   std::string forward_label;
 
   OpKind kind = OpKind::kOp;

@@ -168,7 +168,8 @@ TEST(GradientsTest, BackwardOpsInExecutionOrderLinkedToTheirForwardOps) {
   for (const Op* op : captured.trace.backward_ops()) {
     EXPECT_TRUE(op->is_backward());
     types.push_back(op->type);
-    forward.push_back(op->forward_label.empty() ? op->address : op->forward_label);
+    EXPECT_FALSE(op->forward_label.empty()) << op->label;  // each linked to a forward op
+    forward.push_back(op->address.empty() ? op->forward_label : op->address);
   }
   // addmm's node, then the weight's transpose (TBackward0), each parameter's accumulation
   // as soon as its gradient is complete.

@@ -83,7 +83,7 @@ class GradientValidator {
     for (const Op* op : backward) by_label.emplace(op->label, op);
     for (size_t i = 0; i < backward.size(); ++i) {
       const Op& op = *backward[i];
-      if (op.forward_label.empty()) continue;
+      if (op.forward_label.empty() || !op.address.empty()) continue;  // not a param's
       int64_t& first =
           first_run_.try_emplace(op.forward_label, static_cast<int64_t>(i)).first->second;
       first = std::min<int64_t>(first, static_cast<int64_t>(i));
@@ -92,7 +92,7 @@ class GradientValidator {
         if (it == by_label.end()) continue;
         const Op& fed = *it->second;
         const std::string target =
-            fed.forward_label.empty() ? absl::StrCat("param:", fed.address) : fed.forward_label;
+            fed.address.empty() ? fed.forward_label : absl::StrCat("param:", fed.address);
         fed_at_.try_emplace(std::make_pair(op.forward_label, target), static_cast<int64_t>(i));
       }
     }

@@ -458,8 +458,9 @@ PYBIND11_MODULE(_C, m) {
           "Every output's gradient (None where none reached it); empty when none did.")
       .def_property_readonly(
           "forward_label", [](const OpRef& r) { return r.op().forward_label; },
-          "A backward op: the label of the forward node whose gradient it computes (empty "
-          "for a parameter's accumulation, whose `address` names the parameter).")
+          "A backward op: the label of the forward node whose gradient it computes (for a "
+          "parameter's accumulation, whose `address` names the parameter, the op that read "
+          "it).")
       .def_property_readonly("is_backward", [](const OpRef& r) { return r.op().is_backward(); })
       .def_property_readonly("is_input", [](const OpRef& r) { return r.op().is_input(); })
       .def_property_readonly("is_output", [](const OpRef& r) { return r.op().is_output(); })

@@ -239,7 +239,8 @@ def test_backward_ops_and_validation():
         "AddmmBackward0", "AccumulateGrad", "TBackward0", "AccumulateGrad", "TanhBackward0",
         "AddmmBackward0", "AccumulateGrad", "TBackward0", "AccumulateGrad"]
     assert all(op.is_backward for op in ops)
-    assert [op.forward_label or op.address for op in ops] == [
+    assert all(op.forward_label for op in ops)  # each linked to a forward op
+    assert [op.address or op.forward_label for op in ops] == [
         "linear_2_3:1", "fc2.bias", "linear_2_3:1", "fc2.weight", "tanh_1_2:1",
         "linear_1_1:1", "fc1.bias", "linear_1_1:1", "fc1.weight"]
     assert ops[4].children == [ops[5].label]
