@@ -132,6 +132,13 @@ def test_mlp():
         assert torch.equal(trace.param_grads[name], grad), name
 
 
+def test_an_input_that_requires_grad():
+    torch.manual_seed(11)
+    x = torch.randn(3, 4, requires_grad=True)
+    trace = captured(Mlp(), x)
+    assert torch.equal(trace["input_1"].grad, x.grad)  # its accumulation, as autograd made it
+
+
 def test_convbn_in_training_mode():
     torch.manual_seed(1)
     model, x = ConvBn().train(), torch.randn(2, 2, 5, 5)
