@@ -334,6 +334,7 @@ Trace BuildTrace(CaptureRecord record) {
   known.has_saved_values = record.saved_values;
   known.training = record.training;
   known.stats = record.stats;
+  known.gradients = std::move(record.gradients);  // NOTE [Gradients in a trace]
   const bool partial = !record.partial_reason.empty();
   // The record's buffer addresses point into the model's layout, which holds the model's
   // parameters: a trace kept unread must not keep them alive after the model is gone. The

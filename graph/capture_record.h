@@ -155,6 +155,8 @@ struct CaptureRecord {
   bool streamed_values = false;
   bool training = false;
   CaptureStats stats;
+  // CaptureOptions::save_grads: the store the autograd hooks fill (graph/gradients.h).
+  std::shared_ptr<GradientStore> gradients;
 };
 
 }  // namespace torchlens

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -47,6 +50,35 @@ bool CompareValues(const at::Tensor& a, const at::Tensor& b, const CompareOption
   // A difference from a zero is infinitely large relative to it, never "0".
   if ((~nonzero & (safe > 0)).any().item<bool>()) node->max_rel_diff = INFINITY;
   return (same | (safe <= options.atol + options.rtol * y.abs())).all().item<bool>();
+}
+
+std::vector<at::Tensor> Grads(const Op& op) {
+  if (!op.grads.empty()) return op.grads;
+  return {op.grad};
+}
+
+// Folds the differences of gradient lists `a` and `b` into `node`'s gradient fields.
+void CompareGrads(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b,
+                  const CompareOptions& options, NodeComparison* node) {
+  NodeComparison values;
+  for (size_t k = 0; k < std::max(a.size(), b.size()); ++k) {
+    const at::Tensor x = k < a.size() ? a[k] : at::Tensor();
+    const at::Tensor y = k < b.size() ? b[k] : at::Tensor();
+    if (!x.defined() && !y.defined()) continue;
+    node->grads_compared = true;
+    if (x.defined() != y.defined() || !Numeric(x) || !Numeric(y) || x.sizes() != y.sizes()) {
+      node->differences.push_back(
+          x.defined() != y.defined()
+              ? absl::StrCat("gradient of output ", k, " in ", x.defined() ? "a" : "b", " only")
+              : absl::StrCat("gradient of output ", k, " of shape ", Shape(x.sizes()), " vs ",
+                             Shape(y.sizes())));
+      node->grad_diverged = true;
+      continue;
+    }
+    if (!CompareValues(x, y, options, &values)) node->grad_diverged = true;
+  }
+  node->max_abs_grad_diff = values.max_abs_diff;
+  node->max_rel_grad_diff = values.max_rel_diff;
 }
 
 }  // namespace
@@ -105,23 +137,65 @@ absl::StatusOr<Comparison> Compare(const Trace& a, const Trace& b, CompareOption
     if (node.diverged && !comparison.first_divergence.has_value()) {
       comparison.first_divergence = node.label;
     }
+    if (a.records_gradients() && b.records_gradients()) {
+      CompareGrads(Grads(x), Grads(y), options, &node);
+    }
     comparison.nodes.push_back(std::move(node));
+  }
+  if (!a.records_gradients() || !b.records_gradients()) return comparison;
+  comparison.grads_compared = true;
+  for (auto node = comparison.nodes.rbegin(); node != comparison.nodes.rend(); ++node) {
+    if (node->grad_diverged) {
+      comparison.first_gradient_divergence = node->label;
+      break;
+    }
+  }
+  std::set<std::string> params;
+  for (const auto& [address, grad] : a.param_grads()) params.insert(address);
+  for (const auto& [address, grad] : b.param_grads()) params.insert(address);
+  for (const std::string& address : params) {
+    NodeComparison param;
+    param.label = address;
+    auto x = a.param_grads().find(address);
+    auto y = b.param_grads().find(address);
+    CompareGrads({x == a.param_grads().end() ? at::Tensor() : x->second},
+                 {y == b.param_grads().end() ? at::Tensor() : y->second}, options, &param);
+    comparison.param_grads.push_back(std::move(param));
   }
   return comparison;
 }
 
 std::string FormatComparison(const Comparison& comparison) {
-  std::string out = absl::StrFormat("%-28s %14s %14s  %s\n", "node", "max abs diff", "max rel diff",
-                                    "differences");
+  const bool grads = comparison.grads_compared;
+  auto diff = [](bool compared, double value) {
+    return compared ? absl::StrFormat("%.3g", value) : std::string("-");
+  };
+  std::string out = absl::StrFormat("%-28s %14s %14s", "node", "max abs diff", "max rel diff");
+  if (grads) absl::StrAppend(&out, absl::StrFormat(" %14s %14s", "grad abs diff", "grad rel diff"));
+  absl::StrAppend(&out, "  differences\n");
   for (const NodeComparison& node : comparison.nodes) {
-    const std::string abs_diff =
-        node.values_compared ? absl::StrFormat("%.3g", node.max_abs_diff) : "-";
-    const std::string rel_diff =
-        node.values_compared ? absl::StrFormat("%.3g", node.max_rel_diff) : "-";
-    absl::StrAppend(&out, absl::StrFormat("%-28s %14s %14s  %s", node.label, abs_diff, rel_diff,
-                                          absl::StrJoin(node.differences, "; ")));
+    absl::StrAppend(&out, absl::StrFormat("%-28s %14s %14s", node.label,
+                                          diff(node.values_compared, node.max_abs_diff),
+                                          diff(node.values_compared, node.max_rel_diff)));
+    if (grads) {
+      absl::StrAppend(
+          &out, absl::StrFormat(" %14s %14s", diff(node.grads_compared, node.max_abs_grad_diff),
+                                diff(node.grads_compared, node.max_rel_grad_diff)));
+    }
+    absl::StrAppend(&out, "  ", absl::StrJoin(node.differences, "; "));
     if (comparison.first_divergence == node.label) absl::StrAppend(&out, "  <- first divergence");
+    if (comparison.first_gradient_divergence == node.label) {
+      absl::StrAppend(&out, "  <- first gradient divergence");
+    }
     absl::StrAppend(&out, "\n");
+  }
+  for (const NodeComparison& param : comparison.param_grads) {
+    absl::StrAppend(&out, absl::StrFormat("%-28s %14s %14s %14s %14s  %s%s\n",
+                                          absl::StrCat("param ", param.label), "-", "-",
+                                          diff(param.grads_compared, param.max_abs_grad_diff),
+                                          diff(param.grads_compared, param.max_rel_grad_diff),
+                                          absl::StrJoin(param.differences, "; "),
+                                          param.grad_diverged ? "  <- diverged" : ""));
   }
   if (!comparison.only_in_a.empty()) {
     absl::StrAppend(&out, "only in the first: ", absl::StrJoin(comparison.only_in_a, ", "), "\n");
@@ -134,6 +208,21 @@ std::string FormatComparison(const Comparison& comparison) {
                       ? absl::StrCat("first divergence: ", *comparison.first_divergence)
                       : std::string("no divergence"),
                   "\n");
+  if (grads) {
+    bool params_diverged = false;
+    for (const NodeComparison& param : comparison.param_grads) {
+      params_diverged = params_diverged || param.grad_diverged;
+    }
+    absl::StrAppend(
+        &out,
+        comparison.first_gradient_divergence.has_value()
+            ? absl::StrCat("first gradient divergence: ", *comparison.first_gradient_divergence)
+            : std::string("no gradient divergence"),
+        params_diverged && !comparison.first_gradient_divergence.has_value()
+            ? " among the nodes; parameters' gradients diverged"
+            : "",
+        "\n");
+  }
   return out;
 }
 

@@ -14,6 +14,12 @@
 // parents or shape differ, or when its values are not close (|a - b| <= atol + rtol * |b|
 // everywhere, NaN matching NaN); a dtype difference alone is noted but not a divergence,
 // so that a float run can be compared with a double one, value against value.
+//
+// When both traces hold gradients (CaptureOptions::save_grads, after a backward), each
+// matched node's gradients and each parameter's are compared the same way; gradients
+// diverge apart from values, and since a backward runs from the outputs back, the first
+// gradient divergence is the matched node latest in a's execution order whose gradient
+// diverged.
 #ifndef TORCHLENS_GRAPH_COMPARE_H_
 #define TORCHLENS_GRAPH_COMPARE_H_
 
@@ -38,6 +44,13 @@ struct NodeComparison {
   double max_abs_diff = 0.0;             // over every output; infinity for NaN vs a number
   double max_rel_diff = 0.0;             // |a - b| / |b|; infinity where b is zero and a is not
   bool diverged = false;
+  // Gradients, when both traces hold them: whether both had one to compare (a gradient in
+  // one trace only is a difference and diverges), the largest differences, and whether
+  // they are not close.
+  bool grads_compared = false;
+  double max_abs_grad_diff = 0.0;
+  double max_rel_grad_diff = 0.0;
+  bool grad_diverged = false;
 };
 
 struct Comparison {
@@ -46,6 +59,11 @@ struct Comparison {
   std::vector<NodeComparison> nodes;   // the matched nodes, in a's execution order
   // The first matched node, in a's execution order, that diverged.
   std::optional<std::string> first_divergence;
+  // Gradients (both traces hold them): each parameter's, labelled by address, and the
+  // matched node latest in a's execution order whose gradient diverged.
+  bool grads_compared = false;
+  std::vector<NodeComparison> param_grads;
+  std::optional<std::string> first_gradient_divergence;
 };
 
 // kInvalidArgument for a negative tolerance.

@@ -370,7 +370,8 @@ TEST(TraceFileTest, VersionOneFilesLoadWithoutTheFieldsVersionTwoAdded) {
   }
 }
 
-// Each JSON op holds the metadata fields of the table, in its order, and nothing else.
+// Each JSON op holds the metadata fields of the table, in its order, then the norm of its
+// gradient, and nothing else.
 TEST(JsonExportTest, OpsHoldTheFieldTablesMetadata) {
   const Trace trace = Capture("slice_copy");
   absl::StatusOr<std::string> json = TraceToJson(trace);
@@ -382,6 +383,8 @@ TEST(JsonExportTest, OpsHoldTheFieldTablesMetadata) {
   }
   EXPECT_THAT(expected, ::testing::Contains("label"));
   EXPECT_THAT(expected, ::testing::Not(::testing::Contains("out")));
+  EXPECT_THAT(expected, ::testing::Not(::testing::Contains("grad")));
+  expected.push_back("grad_norm");
   ASSERT_EQ(root["ops"].size(), trace.ops().size());
   for (const auto& op : root["ops"]) {
     std::vector<std::string> keys;
@@ -450,7 +453,7 @@ TEST(JsonExportTest, MetadataWithAVersionedSchema) {
   const nlohmann::json json = nlohmann::json::parse(*TraceToJson(trace));
   EXPECT_EQ(json["schema"], "torchlens.trace.json");
   EXPECT_EQ(json["version"], kJsonSchemaVersion);
-  EXPECT_EQ(kJsonSchemaVersion, 2);
+  EXPECT_EQ(kJsonSchemaVersion, 3);
   EXPECT_EQ(json["training"], true);
   ASSERT_EQ(json["ops"].size(), trace.ops().size());
   nlohmann::json bn;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/file_io.h"
+#include "graph/gradient_norms.h"
 #include "graph/op_fields.h"
 
 namespace torchlens {
@@ -79,8 +80,14 @@ struct OpJsonWriter {
   // being instantiated for them.
   static Json Value(const at::Tensor&) { return Json(nullptr); }
   static Json Value(const SharedVector<at::Tensor>&) { return Json(nullptr); }
+  static Json Value(const std::vector<at::Tensor>&) { return Json(nullptr); }
   static Json Value(const SharedVector<c10::IValue>&) { return Json(nullptr); }
 };
+
+Json NormOrNull(const at::Tensor& grad) {
+  const std::optional<double> norm = GradNorm(grad);
+  return norm.has_value() ? Json(*norm) : Json(nullptr);
+}
 
 }  // namespace
 
@@ -95,7 +102,21 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
   for (const Op& op : trace.ops()) {
     Json node;
     VisitOpFields(op, OpJsonWriter{node});
+    node["grad_norm"] = NormOrNull(op.grad);
     ops.push_back(std::move(node));
+  }
+  // NOTE [Gradients in a trace] in graph/gradients.h.
+  root["records_gradients"] = trace.records_gradients();
+  Json& backward_ops = root["backward_ops"] = Json::array();
+  for (const Op* op : trace.backward_ops()) {
+    Json node;
+    VisitOpFields(*op, OpJsonWriter{node});
+    node["grad_norm"] = NormOrNull(op->grad);
+    backward_ops.push_back(std::move(node));
+  }
+  Json& param_grad_norms = root["param_grad_norms"] = Json::object();
+  for (const auto& [address, grad] : trace.param_grads()) {
+    param_grad_norms[address] = NormOrNull(grad);
   }
   Json& buffers = root["buffers"] = Json::array();
   for (const auto& [address, buffer] : trace.buffers()) {
@@ -121,11 +142,15 @@ absl::StatusOr<std::string> TraceToJson(const Trace& trace, const JsonMembers& e
     buffers.push_back(std::move(entry));
   }
   Json& modules = root["modules"] = Json::array();
+  const std::map<std::string, double> module_norms = ModuleGradNorms(trace);
   for (const auto& [address, module] : trace.modules()) {
-    modules.push_back({{"address", address},
-                       {"type_name", module.type_name},
-                       {"buffers", module.buffers},
-                       {"params", module.params}});
+    auto norm = module_norms.find(address);
+    modules.push_back(
+        {{"address", address},
+         {"type_name", module.type_name},
+         {"buffers", module.buffers},
+         {"params", module.params},
+         {"grad_norm", norm == module_norms.end() ? Json(nullptr) : Json(norm->second)}});
   }
   Json& params = root["params"] = Json::array();
   for (const auto& [address, param] : trace.params()) {

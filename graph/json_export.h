@@ -1,9 +1,9 @@
 // A trace's metadata as JSON (no tensor values), for tools and other languages.
 //
-// Schema "torchlens.trace.json", version 2 (version 1 had no "source_position"); every
-// field:
+// Schema "torchlens.trace.json", version 3 (version 1 had no "source_position", version 2
+// no gradients); every field:
 //   {
-//     "schema": "torchlens.trace.json", "version": 2,
+//     "schema": "torchlens.trace.json", "version": 3,
 //     "training": bool, "has_saved_values": bool,
 //     "partial_reason": "" for a complete trace, else why it is partial,
 //     "ops": [ {the metadata fields of NOTE [One Op field table] (graph/op_fields.h),
@@ -18,12 +18,19 @@
 //               "start_ns", "duration_ns" (-1 when not timed),
 //               "source_position": null | {"file", "line", "column", "text",
 //                                  "branches": [ {"file", "line", "text",
-//                                                 "taken": "then"|"else"} ]}} ],
+//                                                 "taken": "then"|"else"} ]},
+//               "forward_label" ("" but for backward ops),
+//               "grad_norm": null | the L2 norm of its gradient} ],
+//     "records_gradients": bool (CaptureOptions::save_grads),
+//     "backward_ops": [ {the same fields, for each op of the latest backward, in execution
+//                        order (NOTE [Gradients in a trace] in graph/gradients.h)} ],
+//     "param_grad_norms": {address: the L2 norm of its gradient},
 //     "buffers": [ {"address", "module_address", "versions": [label], "num_overwrites",
 //                   "write_kinds": ["inplace"|"reassign"|"fused", one per write],
 //                   "same_tensor_as": [address], "shares_storage_with": [address],
 //                   "shape": [int], "dtype"} ],
-//     "modules": [ {"address", "type_name", "buffers": [address], "params": [address]} ],
+//     "modules": [ {"address", "type_name", "buffers": [address], "params": [address],
+//                   "grad_norm": null | the L2 norm of its parameters' gradients} ],
 //     "params": [ {"address", "shape": [int], "module_address"} ],
 //     "diagnostics": [ {"address", "message", "label"} ],
 //     "capture_stats": {"user_ops", "nested_ops", ...},
@@ -44,7 +51,7 @@
 namespace torchlens {
 
 inline constexpr char kJsonSchema[] = "torchlens.trace.json";
-inline constexpr int kJsonSchemaVersion = 2;
+inline constexpr int kJsonSchemaVersion = 3;
 
 // Extra top-level members: each a name and a JSON document.
 using JsonMembers = std::vector<std::pair<std::string, std::string>>;

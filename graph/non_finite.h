@@ -1,4 +1,4 @@
-// Where the first NaN or infinity came from.
+// Where the first NaN or infinity came from, in the forward's values or in the gradients.
 //
 //   absl::StatusOr<std::optional<torchlens::NonFinite>> first = torchlens::FirstNonFinite(*trace);
 //   if (first.ok() && first->has_value()) {
@@ -31,6 +31,32 @@ struct NonFinite {
 // NaN or an infinity, or nullopt when every value is finite. Only floating-point and
 // complex values can hold them. kFailedPrecondition for a trace without saved values.
 absl::StatusOr<std::optional<NonFinite>> FirstNonFinite(const Trace& trace);
+
+// Where a gradient first became NaN or infinite, in the order the latest backward
+// computed them (NOTE [Gradients in a trace] in graph/gradients.h).
+struct NonFiniteGradient {
+  std::string label;           // the node, or the parameter's address
+  bool is_param = false;       // `label` is a parameter's address
+  std::string module_address;  // the module that ran it (that owns the parameter)
+  bool has_nan = false;
+  bool has_inf = false;
+  // The backward op that runs first for it (autograd's node of its value), or empty.
+  std::string backward_op;
+  // The nodes that read it, whose backward gave it its gradient, each with whether its own
+  // gradient is finite: the first non-finite gradient made from finite ones has only
+  // finite readers' gradients. For a parameter, the ops that read it.
+  std::vector<std::pair<std::string, bool>> readers;
+};
+
+//   absl::StatusOr<std::optional<torchlens::NonFiniteGradient>> first =
+//       torchlens::FirstNonFiniteGradient(*trace);
+//
+// The first node (or parameter) whose gradient holds NaN or an infinity, following the
+// backward ops in execution order (a value's gradient is complete when its first backward
+// op runs), or nullopt when every gradient is finite. Values without backward ops (a trace
+// whose backward ops were not kept) come last, latest first. kFailedPrecondition for a
+// trace without gradients (captured without save_grads).
+absl::StatusOr<std::optional<NonFiniteGradient>> FirstNonFiniteGradient(const Trace& trace);
 
 }  // namespace torchlens
 

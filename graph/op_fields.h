@@ -11,8 +11,8 @@
 //   * `parent_indices` and `child_indices`, from the labels (`Trace::Assemble`).
 // A visitor handles each member type the table uses: strings, int, int64_t, bool, string
 // lists, `at::DimVector`, `std::optional<WriteKind>`, `std::optional<bool>`, tensors,
-// tensor lists, argument lists, `ArgSource` and `AliasWrite` lists, and the shared
-// `SourcePosition` (null or a dict).
+// tensor lists (shared and plain), argument lists, `ArgSource` and `AliasWrite` lists, and the
+// shared `SourcePosition` (null or a dict).
 #ifndef TORCHLENS_GRAPH_OP_FIELDS_H_
 #define TORCHLENS_GRAPH_OP_FIELDS_H_
 
@@ -37,6 +37,8 @@ inline constexpr OpField kMetadata{};
 inline constexpr OpField kSavedValue{/*saved_value=*/true};
 inline constexpr OpField kMetadataSince2{/*saved_value=*/false, /*since_version=*/2};
 inline constexpr OpField kMetadataSince3{/*saved_value=*/false, /*since_version=*/3};
+inline constexpr OpField kMetadataSince4{/*saved_value=*/false, /*since_version=*/4};
+inline constexpr OpField kSavedValueSince4{/*saved_value=*/true, /*since_version=*/4};
 
 // `OpT` is `Op` (readers fill it) or `const Op` (writers read it).
 template <typename OpT, typename Visitor>
@@ -69,6 +71,9 @@ void VisitOpFields(OpT& op, Visitor&& visit) {
   visit("start_ns", op.start_ns, kMetadataSince2);
   visit("duration_ns", op.duration_ns, kMetadataSince2);
   visit("source_position", op.source_position, kMetadataSince3);
+  visit("forward_label", op.forward_label, kMetadataSince4);
+  visit("grad", op.grad, kSavedValueSince4);
+  visit("grads", op.grads, kSavedValueSince4);
 }
 
 // The table's field names, in order; `saved_values` false leaves out the saved-value

@@ -302,6 +302,48 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
   };
   emit("", 1);
   for (const std::string& edge : edges) absl::StrAppend(&dot, "  ", edge, ";\n");
+  if (options.show_backward) {
+    // NOTE [Gradients in a trace] in graph/gradients.h: the latest backward, in a frame of
+    // its own colour beside the forward, each op tied to the forward node it differentiates
+    // by a dotted line that does not move the layout.
+    const std::vector<const Op*> backward = trace.backward_ops();
+    if (!backward.empty()) {
+      absl::StrAppend(&dot,
+                      "  subgraph \"cluster_backward\" {\n"
+                      "    label=\"backward (the latest backward(), gradients flowing down)\"; "
+                      "style=\"rounded,filled\"; color=\"#9b6bc0\"; fillcolor=\"#f7f0fb\";\n");
+      absl::flat_hash_map<absl::string_view, size_t> index;
+      for (size_t b = 0; b < backward.size(); ++b) {
+        const Op& op = *backward[b];
+        index.emplace(op.label, b);
+        std::string text = absl::StrCat(op.label, "\n", FormatShape(op.tensor_shape));
+        if (!op.address.empty()) absl::StrAppend(&text, "\n", op.address);
+        absl::StrAppend(&dot, "    b", b,
+                        " [shape=box, style=\"rounded,filled\", fillcolor=\"#e4d0f2\", "
+                        "color=\"#9b6bc0\", tooltip=",
+                        Quote(absl::StrCat("differentiates ",
+                                           op.address.empty() ? op.forward_label : op.address)),
+                        ", label=", Quote(text), "];\n");
+      }
+      absl::StrAppend(&dot, "  }\n");
+      for (size_t b = 0; b < backward.size(); ++b) {
+        const Op& op = *backward[b];
+        for (const std::string& child : op.children) {
+          auto it = index.find(child);
+          if (it != index.end())
+            absl::StrAppend(&dot, "  b", b, " -> b", it->second, " [color=\"#9b6bc0\"];\n");
+        }
+        // A parameter's accumulation is drawn with its parameter's name, untied.
+        const int forward = !op.address.empty() || op.forward_label.empty()
+                                ? -1
+                                : trace.IndexOfLabel(op.forward_label);
+        if (forward < 0 || !drawn[grouping.group_of[forward]]) continue;
+        absl::StrAppend(&dot, "  b", b, " -> ", NodeId(grouping.group_of[forward]),
+                        " [style=dotted, color=\"#9b6bc0\", arrowhead=none, "
+                        "constraint=false];\n");
+      }
+    }
+  }
   dot += "}\n";
   return dot;
 }

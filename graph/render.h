@@ -15,7 +15,8 @@
 // becomes a dashed edge between them, so the data flow stays visible. Constants (tensor
 // attributes and other tensors from outside the capture, graph/trace.h) are grey notes.
 // Dead computation (graph/dead_nodes.h) is drawn dotted, or not at all with
-// `show_dead = false`.
+// `show_dead = false`. A trace with gradients draws its backward ops beside the forward
+// (`show_backward`).
 #ifndef TORCHLENS_GRAPH_RENDER_H_
 #define TORCHLENS_GRAPH_RENDER_H_
 
@@ -42,6 +43,10 @@ struct RenderOptions {
   // functional.py, BatchNorm's forward); by default only the model's own (LibraryFile in
   // graph/summary.h).
   bool library_branches = false;
+  // Draw the backward ops of the latest backward (CaptureOptions::save_grads) beside the
+  // forward, in a purple frame: gradient flow between them, and a dotted line from each to
+  // the forward node it differentiates.
+  bool show_backward = true;
 };
 
 std::string RenderDot(const Trace& trace, RenderOptions options = {});

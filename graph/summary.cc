@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "graph/gradient_norms.h"
 #include "graph/op_timing.h"
 
 namespace torchlens {
@@ -40,6 +41,40 @@ class Table {
 };
 
 std::string ModuleColumn(const std::string& address) { return address.empty() ? "-" : address; }
+
+// A gradient's norm, "-" when none reached it.
+std::string NormColumn(const at::Tensor& grad) {
+  const std::optional<double> norm = GradNorm(grad);
+  return norm.has_value() ? absl::StrFormat("%.4g", *norm) : "-";
+}
+
+// NOTE [Gradients in a trace] in graph/gradients.h: the gradient norm per module and the
+// backward ops of the latest backward.
+std::string GradientSections(const Trace& trace) {
+  const std::vector<const Op*> backward = trace.backward_ops();
+  if (backward.empty() && trace.param_grads().empty()) {
+    return "\nGradients: none (no backward() reached the trace yet)\n";
+  }
+  std::string out = absl::StrCat(
+      "\nGradient norm per module (its parameters', submodules "
+      "included), from the latest backward:\n");
+  Table modules;
+  modules.Add({"module", "grad norm"});
+  for (const auto& [address, norm] : ModuleGradNorms(trace)) {
+    modules.Add({address.empty() ? "(model)" : address, absl::StrFormat("%.4g", norm)});
+  }
+  absl::StrAppend(&out, modules.Render("  "));
+  absl::StrAppend(&out, "\nBackward ops: ", backward.size(), ", in execution order\n");
+  Table ops;
+  ops.Add({"label", "differentiates", "module", "grad shape", "parents"});
+  for (const Op* op : backward) {
+    ops.Add({op->label, op->address.empty() ? op->forward_label : op->address,
+             ModuleColumn(op->module_address), FormatShape(op->tensor_shape),
+             absl::StrJoin(op->parents, ", ")});
+  }
+  absl::StrAppend(&out, ops.Render("  "));
+  return out;
+}
 
 // "linear.py:114", then each branch it ran in: "model.py:20 (then of :14)".
 std::string SourceColumn(const Op& op, bool library_branches) {
@@ -99,6 +134,9 @@ std::string FormatSummary(const Trace& trace, bool library_branches) {
   Table ops;
   std::vector<std::string> header = {"label", "type", "shape", "dtype", "module", "parents"};
   if (has_positions) header.insert(header.end() - 1, "source");
+  // CaptureOptions::save_grads: each value's gradient norm after the latest backward.
+  const bool grads = trace.records_gradients();
+  if (grads) header.insert(header.end() - 1, "grad norm");
   ops.Add(std::move(header));
   // Buffer versions by address and version, as pictures and TorchLens name them
   // ("calls:2"); their labels ("buffer_1:2") are accepted by Trace::Find too.
@@ -122,6 +160,7 @@ std::string FormatSummary(const Trace& trace, bool library_branches) {
                                     ModuleColumn(op.module_address),
                                     absl::StrJoin(parents, ", ")};
     if (has_positions) row.insert(row.end() - 1, SourceColumn(op, library_branches));
+    if (grads) row.insert(row.end() - 1, NormColumn(op.grad));
     ops.Add(std::move(row));
   }
   absl::StrAppend(&out, ops.Render("  "));
@@ -163,6 +202,7 @@ std::string FormatSummary(const Trace& trace, bool library_branches) {
                        : absl::StrJoin(kinds, ", ")});
   }
   if (!trace.buffers().empty()) absl::StrAppend(&out, buffers.Render("  "));
+  if (grads) absl::StrAppend(&out, GradientSections(trace));
   for (const TraceDiagnostic& diagnostic : trace.diagnostics()) {
     absl::StrAppend(&out, "\nDiagnostic (", diagnostic.address, "): ", diagnostic.message, "\n");
   }

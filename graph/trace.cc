@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/gradients.h"
 #include "graph/label.h"
 
 namespace torchlens {
@@ -119,8 +120,15 @@ Trace::Trace(const Trace& other) : Trace(Assemble(other.Parts())) {}
 // A trace whose graph was never built frees only its capture record.
 Trace::~Trace() {
   if (graph_ == nullptr) return;
+  if (graph_->gradients != nullptr) graph_->gradients->Detach(&graph_->ops);
   std::vector<Op>& ops = graph_->ops;
   while (!ops.empty()) ops.pop_back();
+}
+
+// A graph replaced by a move assignment goes without ~Trace: its store must let go of it
+// too (NOTE [Gradients in a trace]).
+Trace::Graph::~Graph() {
+  if (gradients != nullptr) gradients->Detach(&ops);
 }
 
 Trace& Trace::operator=(const Trace& other) {
@@ -166,6 +174,10 @@ void Trace::AdoptGraph(TraceParts parts, Graph& graph) {
   graph.buffers = std::move(parts.buffers);
   graph.diagnostics = std::move(parts.diagnostics);
   graph.partial_reason = std::move(parts.partial_reason);
+  graph.backward_ops = std::move(parts.backward_ops);
+  graph.param_grads = std::move(parts.param_grads);
+  graph.records_gradients = graph.records_gradients || parts.records_gradients;
+  if (parts.gradients != nullptr) graph.gradients = std::move(parts.gradients);
   std::vector<Op>& ops = graph.ops;
   if (!parts.children_linked) {
     absl::flat_hash_map<absl::string_view, int> labels;
@@ -189,6 +201,10 @@ void Trace::AdoptGraph(TraceParts parts, Graph& graph) {
     }
   }
   LinkBuffers(graph);
+  if (graph.gradients != nullptr) {
+    graph.records_gradients = true;
+    graph.gradients->Attach(&graph.ops, &graph.backward_ops, &graph.param_grads);
+  }
 }
 
 Trace Trace::WithoutGraph(TraceParts& parts, bool partial) {
@@ -199,6 +215,8 @@ Trace Trace::WithoutGraph(TraceParts& parts, bool partial) {
   trace.training_ = parts.training;
   trace.partial_ = partial;
   trace.stats_ = parts.stats;
+  trace.graph_->records_gradients = parts.records_gradients || parts.gradients != nullptr;
+  if (parts.gradients != nullptr) trace.graph_->gradients = std::move(parts.gradients);
   return trace;
 }
 
@@ -214,7 +232,7 @@ Trace Trace::Deferred(TraceParts known, bool partial, absl::AnyInvocable<TracePa
   return trace;
 }
 
-TraceParts Trace::Parts() const {
+TraceParts Trace::Parts(bool gradients_follow) const {
   const Graph& graph = this->graph();
   TraceParts parts;
   parts.ops = graph.ops;
@@ -237,6 +255,11 @@ TraceParts Trace::Parts() const {
   parts.stats = stats_;
   parts.partial_reason = graph.partial_reason;
   parts.children_linked = true;
+  // A snapshot: the store keeps filling this trace only (NOTE [Gradients in a trace]).
+  parts.backward_ops = graph.backward_ops;
+  parts.param_grads = graph.param_grads;
+  parts.records_gradients = graph.records_gradients;
+  if (gradients_follow) parts.gradients = graph.gradients;
   return parts;
 }
 
@@ -383,6 +406,16 @@ std::vector<const Op*> Trace::buffer_write_ops() const {
   }
   return result;
 }
+
+std::vector<const Op*> Trace::backward_ops() const {
+  std::vector<const Op*> result;
+  const std::vector<Op>& ops = graph().backward_ops;
+  result.reserve(ops.size());
+  for (const Op& op : ops) result.push_back(&op);
+  return result;
+}
+
+bool Trace::records_gradients() const { return graph().records_gradients; }
 
 std::vector<std::string> Trace::input_labels() const {
   std::vector<std::string> result;

@@ -103,10 +103,12 @@ enum class OpKind : uint8_t {
   kOutput,         // a model output
   kBufferVersion,  // an observed version of a registered buffer (`is_buffer`)
   kConstant,       // a tensor from outside the capture that is not an input
+  kBackward,       // a node autograd ran in backward (`Trace::backward_ops`, never in `ops`)
 };
 
 // The kind a node of `type` has ("input", "output", "constant"; buffer versions have
-// `is_buffer`): for traces read from files, which store the type.
+// `is_buffer`): for traces read from files, which store the type. Backward ops are listed
+// apart in files and are kBackward by where they are.
 OpKind OpKindOf(absl::string_view type, bool is_buffer);
 
 // An `if` of TorchScript code that an op ran inside, and which of its branches ran.
@@ -195,6 +197,21 @@ struct Op {
   // code and for buffer versions, inputs and outputs.
   std::shared_ptr<const SourcePosition> source_position;
 
+  // Gradients (CaptureOptions::save_grads; NOTE [Gradients in a trace] in graph/gradients.h).
+  // The gradient of the first tensor output after the latest backward() that reached the
+  // trace; undefined when no gradient reached it (or no backward ran). Buffer versions and
+  // outputs have their value's; inputs and constants theirs when they require grad.
+  at::Tensor grad;
+  // Every tensor output's gradient, in return order (`grad` is the first); empty when none
+  // reached the node.
+  std::vector<at::Tensor> grads;
+  // A backward op (`kind == kBackward`): the label of the forward node whose gradient it
+  // computes, the op that made it (or the input it accumulates into). A parameter's
+  // accumulation (`AccumulateGrad`, whose `address` names the parameter) is linked to the
+  // op that read the parameter (the first to feed it, when several did). Empty for forward
+  // nodes.
+  std::string forward_label;
+
   OpKind kind = OpKind::kOp;
   // The positions in `Trace::ops()` of `parents` and `children`, in the same order (-1 for
   // a label the trace does not hold). Filled by `Trace::Assemble`.
@@ -207,6 +224,7 @@ struct Op {
   // (its `address` names it), a TorchScript constant, or a parameter returned as an output.
   bool is_constant() const { return kind == OpKind::kConstant; }
   bool is_compute() const { return kind == OpKind::kOp; }
+  bool is_backward() const { return kind == OpKind::kBackward; }
   // Whether the capture kept this node's values (outputs, or the arguments that re-run
   // it). False for every node of a trace captured without saved values, and in a trace
   // with them for the ops that selective saving left out or that ran after the memory
@@ -276,6 +294,7 @@ struct CaptureStats {
 };
 
 class Trace;
+class GradientStore;
 
 // Everything a `Trace` is made of (see `Trace::Assemble`).
 struct TraceParts {
@@ -294,6 +313,14 @@ struct TraceParts {
   // in (the trace builder does it while labelling; forks copy them); otherwise Assemble
   // computes them from the parents' labels.
   bool children_linked = false;
+  // Gradients as they are now (NOTE [Gradients in a trace] in graph/gradients.h): the ops
+  // autograd ran, in execution order, and the parameters' gradients by address.
+  std::vector<Op> backward_ops;
+  std::map<std::string, at::Tensor> param_grads;
+  bool records_gradients = false;  // captured with save_grads, or read from a file that was
+  // A capture with save_grads: the hooks' store, which fills the gradients of the trace
+  // made from these parts (and of no copy of it). Null otherwise.
+  std::shared_ptr<GradientStore> gradients;
 };
 
 class Trace {
@@ -318,6 +345,16 @@ class Trace {
   std::vector<const Op*> buffer_write_ops() const;  // is_buffer && buffer_write_kind
   std::vector<std::string> input_labels() const;
   std::vector<std::string> output_labels() const;
+  // NOTE [Gradients in a trace] in graph/gradients.h. The ops autograd ran in the latest
+  // backward() that reached this trace, in execution order, each linked to the forward node
+  // it differentiates (`Op::forward_label`); empty without CaptureOptions::save_grads or
+  // before the first backward. Pointers stay valid until the next backward reaches the trace.
+  std::vector<const Op*> backward_ops() const;
+  // The parameters' gradients from that backward, by address (those it reached).
+  const std::map<std::string, at::Tensor>& param_grads() const { return graph().param_grads; }
+  // Whether gradients are recorded (captured with save_grads, or read from a file that has
+  // them).
+  bool records_gradients() const;
   // Unjournaled buffer changes accepted under `allow_unjournaled_writes`.
   const std::vector<TraceDiagnostic>& diagnostics() const { return graph().diagnostics; }
   // Whether tensor values were saved (`CaptureOptions::save_activations`).
@@ -347,8 +384,11 @@ class Trace {
   // `known` now. `partial` says whether the built graph will have a partial reason.
   static Trace Deferred(TraceParts known, bool partial, absl::AnyInvocable<TraceParts()> build);
   // The parts of this trace, for building a fork with Assemble: ops and buffers are copies
-  // whose tensors are shared, module and parameter metadata is shared.
-  TraceParts Parts() const;
+  // whose tensors are shared, module and parameter metadata is shared. The gradients are a
+  // snapshot; with `gradients_follow`, the trace assembled from the parts is the one the
+  // gradient store fills from then on, instead of this one (a trace rebuilt in its place,
+  // graph/trace_file_writer.cc; NOTE [Gradients in a trace] in graph/gradients.h).
+  TraceParts Parts(bool gradients_follow = false) const;
 
  private:
   template <typename T>
@@ -377,6 +417,13 @@ class Trace {
     std::map<std::string, Buffer> buffers;
     std::vector<TraceDiagnostic> diagnostics;
     std::string partial_reason;
+    // Filled by `gradients` once attached (NOTE [Gradients in a trace]).
+    std::vector<Op> backward_ops;
+    std::map<std::string, at::Tensor> param_grads;
+    std::shared_ptr<GradientStore> gradients;
+    bool records_gradients = false;  // TraceParts::records_gradients
+    Graph() = default;
+    ~Graph();  // detaches `gradients` from the ops first
   };
   // A trace with what `parts` says of the model and the capture (modules, parameters,
   // flags, stats), taken out of `parts`, and an empty graph.

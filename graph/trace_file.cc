@@ -143,8 +143,16 @@ absl::Status CheckSavable(const Trace& trace) {
         return refuse(absl::StrCat("an argument of ", where), layout);
       }
     }
-    for (const at::Tensor& t : {op.out, op.rng_state}) {
+    for (const at::Tensor& t : {op.out, op.rng_state, op.grad}) {
       if (const char* layout = UnsavableLayout(t)) return refuse(where, layout);
+    }
+    for (const at::Tensor& t : op.grads) {
+      if (const char* layout = UnsavableLayout(t)) return refuse(where, layout);
+    }
+  }
+  for (const auto& [address, grad] : trace.param_grads()) {
+    if (const char* layout = UnsavableLayout(grad)) {
+      return refuse(absl::StrCat("the gradient of parameter '", address, "'"), layout);
     }
   }
   for (const auto& [address, buffer] : trace.buffers()) {
@@ -182,6 +190,11 @@ struct OpWriter {
     d.insert(name, TensorOrNone(v));
   }
   void operator()(const char* name, const SharedVector<at::Tensor>& v, OpField) {
+    List list = NewList();
+    for (const at::Tensor& t : v) list.push_back(TensorOrNone(t));
+    d.insert(name, list);
+  }
+  void operator()(const char* name, const std::vector<at::Tensor>& v, OpField) {
     List list = NewList();
     for (const at::Tensor& t : v) list.push_back(TensorOrNone(t));
     d.insert(name, list);
@@ -402,6 +415,14 @@ struct OpReader {
       v.push_back(t.isTensor() ? t.toTensor() : at::Tensor());
     }
   }
+  void Read(const char* name, std::vector<at::Tensor>& v) {
+    for (const c10::IValue& t : r.ListOf(d, name)) {
+      if (!t.isNone() && !t.isTensor()) {
+        throw Reader::Malformed{absl::StrCat("ops[", index, "] \"", name, "\" holds a non-tensor")};
+      }
+      v.push_back(t.isTensor() ? t.toTensor() : at::Tensor());
+    }
+  }
   void Read(const char* name, SharedVector<c10::IValue>& v) {
     if (!r.Bool(d, absl::StrCat(name, "_complete").c_str())) return;
     const auto& values = r.ListOf(d, name);
@@ -508,6 +529,68 @@ absl::Status CheckConsistent(const std::vector<Op>& ops) {
   return absl::OkStatus();
 }
 
+// Version 4's gradients: whether the trace records them, the backward ops (op dicts of the
+// same table), and the parameters' gradients by address.
+void ReadGradients(Reader& r, const Dict& root, int64_t version, TraceParts* parts) {
+  parts->records_gradients = r.Bool(root, "records_gradients");
+  const c10::ArrayRef<c10::IValue> backward = r.ListOf(root, "backward_ops");
+  for (size_t i = 0; i < backward.size(); ++i) {
+    Op op = OpFromIValue(backward[i], version, i);
+    op.kind = OpKind::kBackward;
+    parts->backward_ops.push_back(std::move(op));
+  }
+  const c10::IValue& grads = r.Field(root, "param_grads");
+  if (!grads.isGenericDict()) throw Reader::Malformed{"\"param_grads\" is not a dict"};
+  for (const auto& entry : grads.toGenericDict()) {
+    if (!entry.key().isString() || !entry.value().isTensor()) {
+      throw Reader::Malformed{"\"param_grads\" maps something else than addresses to tensors"};
+    }
+    parts->param_grads[entry.key().toStringRef()] = entry.value().toTensor();
+  }
+}
+
+// Gradients that contradict the ops: a gradient of another shape than its value, a backward
+// op linked to a node the trace does not have, or edges to backward ops it does not list.
+absl::Status CheckGradients(const TraceParts& parts) {
+  absl::flat_hash_map<absl::string_view, size_t> forward;
+  for (size_t i = 0; i < parts.ops.size(); ++i) {
+    const Op& op = parts.ops[i];
+    forward.emplace(op.label, i);
+    if (op.grad.defined() && op.grad.sizes() != c10::IntArrayRef(op.tensor_shape)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "malformed trace file: op \"", absl::CHexEscape(op.label), "\" records shape [",
+          absl::StrJoin(op.tensor_shape, ", "), "] but its gradient has shape [",
+          absl::StrJoin(op.grad.sizes(), ", "), "]"));
+    }
+  }
+  absl::flat_hash_map<absl::string_view, size_t> backward;
+  for (size_t i = 0; i < parts.backward_ops.size(); ++i) {
+    const Op& op = parts.backward_ops[i];
+    if (!backward.emplace(op.label, i).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "malformed trace file: backward op \"", absl::CHexEscape(op.label), "\" appears twice"));
+    }
+    if (!op.forward_label.empty() && !forward.contains(op.forward_label)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed trace file: backward op \"", absl::CHexEscape(op.label),
+                       "\" differentiates \"", absl::CHexEscape(op.forward_label),
+                       "\", which is not a node of the trace"));
+    }
+  }
+  for (const Op& op : parts.backward_ops) {
+    for (const std::vector<std::string>* edges : {&op.parents, &op.children}) {
+      for (const std::string& label : *edges) {
+        if (backward.contains(label)) continue;
+        return absl::InvalidArgumentError(
+            absl::StrCat("malformed trace file: backward op \"", absl::CHexEscape(op.label),
+                         "\" is linked to \"", absl::CHexEscape(label),
+                         "\", which is not a backward op of the trace"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Module addresses name modules as capture writes them ("layer1.0.conv1"): dot-separated
 // names, none empty. Their nesting bounds the recursion of the pictures' clusters and the
 // size of the per-module listings (a crafted address of 200,000 levels made the summary's
@@ -593,6 +676,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
     if (root.contains("partial_reason")) parts.partial_reason = r.String(root, "partial_reason");
     const c10::ArrayRef<c10::IValue> ops = r.ListOf(root, "ops");
     for (size_t i = 0; i < ops.size(); ++i) parts.ops.push_back(OpFromIValue(ops[i], version, i));
+    if (version >= 4) ReadGradients(r, root, version, &parts);
     std::map<std::string, BufferSummary> listed;
     std::map<std::string, int64_t> listed_overwrites;
     for (const c10::IValue& v : r.ListOf(root, "buffers")) {
@@ -657,6 +741,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view bytes, std::shared_ptr<void> 
     parts.stats.marked_sites = s.Int(stats, "marked_sites");
     parts.stats.interpreter_sites = s.Int(stats, "interpreter_sites");
     if (absl::Status consistent = CheckConsistent(parts.ops); !consistent.ok()) return consistent;
+    if (absl::Status consistent = CheckGradients(parts); !consistent.ok()) return consistent;
     if (absl::Status modules = CheckModuleAddresses(parts); !modules.ok()) return modules;
     Trace trace = Trace::Assemble(std::move(parts));
     for (const auto& [address, summary] : listed) {
@@ -765,6 +850,14 @@ absl::StatusOr<c10::IValue> TraceFileValue(const Trace& trace) {
   List ops = NewList();
   for (const Op& op : trace.ops()) ops.push_back(OpToIValue(op));
   root.insert("ops", ops);
+  // NOTE [Gradients in a trace] (graph/gradients.h): what the latest backward left.
+  root.insert("records_gradients", trace.records_gradients());
+  List backward_ops = NewList();
+  for (const Op* op : trace.backward_ops()) backward_ops.push_back(OpToIValue(*op));
+  root.insert("backward_ops", backward_ops);
+  c10::Dict<std::string, at::Tensor> param_grads;
+  for (const auto& [address, grad] : trace.param_grads()) param_grads.insert(address, grad);
+  root.insert("param_grads", param_grads);
   List buffers = NewList();
   for (const auto& [address, buffer] : trace.buffers()) {
     Dict d = NewDict();

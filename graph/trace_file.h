@@ -21,8 +21,10 @@
 // (dicts of "before", "written_tensor", "aliased" and "written" geometries, "value") and
 // each diagnostic's "label", and each op's "start_ns" and "duration_ns". Version 3 added
 // each op's "source_position": `None`, or a dict of "file", "line", "column", "text" and
-// "branches" (dicts of "file", "line", "text", "taken": "then" or "else"). Files of
-// earlier versions, which lack those fields, still load.
+// "branches" (dicts of "file", "line", "text", "taken": "then" or "else"). Version 4 added
+// gradients (NOTE [Gradients in a trace] in graph/gradients.h): each op's "forward_label",
+// "grad" and "grads", and "records_gradients", "backward_ops" (op dicts) and "param_grads"
+// (address -> tensor). Files of earlier versions, which lack those fields, still load.
 #ifndef TORCHLENS_GRAPH_TRACE_FILE_H_
 #define TORCHLENS_GRAPH_TRACE_FILE_H_
 
@@ -36,7 +38,7 @@
 namespace torchlens {
 
 inline constexpr char kTraceFileFormat[] = "torchlens.trace";
-inline constexpr int kTraceFileVersion = 3;
+inline constexpr int kTraceFileVersion = 4;
 
 // kInvalidArgument, writing nothing, when a tensor of the trace is sparse (or of another
 // non-strided layout): LibTorch 1.13 would write it in a form Python's torch.load cannot

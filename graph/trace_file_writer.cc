@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -396,7 +397,9 @@ at::Tensor TraceFileWriter::Placeholder(int32_t node, int output) {
 }
 
 absl::StatusOr<Trace> TraceFileWriter::WithPlaceholders(const Trace& trace) {
-  TraceParts parts = trace.Parts();
+  // The trace Finish returns replaces the captured one: gradients that arrive later are its
+  // (NOTE [Gradients in a trace] in graph/gradients.h).
+  TraceParts parts = trace.Parts(/*gradients_follow=*/true);
   std::vector<Op>& ops = parts.ops;
   auto source_value = [&](const ArgSource& source) -> at::Tensor {
     if (source.kind != ArgSource::Kind::kNode) return at::Tensor();
@@ -496,6 +499,50 @@ absl::StatusOr<Trace> TraceFileWriter::Finish(const Trace& trace) {
   if (::rename(partial_path_.c_str(), path_.c_str()) != 0) return WriteError(errno, path_);
   finished_ = true;
   return with_placeholders;
+}
+
+absl::Status WriteTraceFile(const Trace& trace, const std::string& path) {
+  absl::StatusOr<std::unique_ptr<TraceFileWriter>> writer = TraceFileWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  const std::vector<Op>& ops = trace.ops();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    if (op.is_output()) continue;  // its producer's value
+    const int32_t node = static_cast<int32_t>(i);
+    const size_t outputs = std::max<size_t>(op.outs.size(), 1);
+    for (size_t k = 0; k < outputs; ++k) {
+      const at::Tensor& value = OutputValue(op, static_cast<int>(k));
+      if (!value.defined()) continue;
+      if (absl::Status added = (*writer)->AddValue(node, static_cast<int>(k), value); !added.ok()) {
+        return added;
+      }
+    }
+    for (size_t k = 0; k < op.alias_writes.size(); ++k) {
+      const at::Tensor& value = op.alias_writes[k].value;
+      if (!value.defined()) continue;
+      if (absl::Status added = (*writer)->AddValue(node, -static_cast<int>(k) - 1, value);
+          !added.ok()) {
+        return added;
+      }
+    }
+  }
+  // The arguments a node produced are that node's records, as in a streaming capture's trace
+  // (NOTE [Streaming without saving] in torchlens_dispatch/capture_options.h).
+  TraceParts parts = trace.Parts();
+  for (Op& op : parts.ops) {
+    size_t next_source = 0;
+    for (c10::IValue& arg : op.creation_args.mutable_span()) {
+      if (!ContainsTensor(arg)) continue;
+      arg = MapTensors(arg, [&](const at::Tensor& t) -> at::Tensor {
+        const size_t s = next_source++;
+        const bool from_node =
+            s < op.arg_sources.size() && op.arg_sources[s].kind == ArgSource::Kind::kNode;
+        return from_node ? at::Tensor() : t;
+      });
+    }
+  }
+  absl::StatusOr<Trace> written = (*writer)->Finish(Trace::Assemble(std::move(parts)));
+  return written.ok() ? absl::OkStatus() : written.status();
 }
 
 }  // namespace torchlens

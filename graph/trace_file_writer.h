@@ -168,6 +168,14 @@ class TraceFileWriter {
   std::thread writer_;  // last: started by the constructor, once the rest exists
 };
 
+// Writes `trace` to `path` as SaveTrace does (graph/trace_file.h), value by value through a
+// TraceFileWriter, so that at most its queue of copies is in memory beside what the trace
+// holds: for a trace whose values are on disk (LoadTrace's, a capture's to a trace_file),
+// as the command-line tool writes again with the gradients a backward added after the
+// capture (--stream_to --backward). `path` may be the file the trace's values are read
+// from: it is replaced once the new one is whole. Errors as TraceFileWriter's.
+absl::Status WriteTraceFile(const Trace& trace, const std::string& path);
+
 }  // namespace torchlens
 
 #endif  // TORCHLENS_GRAPH_TRACE_FILE_WRITER_H_

@@ -89,5 +89,32 @@ at::Tensor Expected::edit_buffer(int k, const std::string& address) const {
   return Get(absl::StrCat("edit_", k, "_buffer__", absl::StrReplaceAll(address, {{".", "__"}})));
 }
 
+std::vector<std::string> Expected::KeysAfter(const std::string& prefix, bool address) const {
+  std::vector<std::string> keys;
+  for (const torch::jit::NameTensor& entry : values_.named_buffers(/*recurse=*/false)) {
+    if (entry.name.rfind(prefix, 0) != 0) continue;
+    const std::string key = entry.name.substr(prefix.size());
+    keys.push_back(address ? absl::StrReplaceAll(key, {{"__", "."}})
+                           : absl::StrReplaceAll(key, {{"__pass", ":"}}));
+  }
+  return keys;
+}
+
+std::vector<std::string> Expected::grad_labels() const { return KeysAfter("grad__", false); }
+
+at::Tensor Expected::grad(const std::string& label) const {
+  return Get(absl::StrCat("grad__", absl::StrReplaceAll(label, {{":", "__pass"}})));
+}
+
+std::vector<std::string> Expected::unreached_labels() const { return KeysAfter("nograd__", false); }
+
+std::vector<std::string> Expected::param_grad_addresses() const {
+  return KeysAfter("param_grad__", true);
+}
+
+at::Tensor Expected::param_grad(const std::string& address) const {
+  return Get(absl::StrCat("param_grad__", absl::StrReplaceAll(address, {{".", "__"}})));
+}
+
 }  // namespace testdata
 }  // namespace torchlens

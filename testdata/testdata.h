@@ -44,9 +44,19 @@ class Expected {
   // its 1-based line in its file and its text without indentation.
   int source_line(const std::string& key) const;
   std::string source_text(const std::string& key) const;
+  // Gradient models (tools/gen_testdata_grads.py), after a backward of the sum of the
+  // outputs' sums: the labels whose gradients eager PyTorch's retain_grad() gave, each
+  // node's gradient, the labels no gradient reaches, and each parameter's gradient.
+  std::vector<std::string> grad_labels() const;
+  at::Tensor grad(const std::string& label) const;
+  std::vector<std::string> unreached_labels() const;
+  std::vector<std::string> param_grad_addresses() const;
+  at::Tensor param_grad(const std::string& address) const;
 
  private:
   at::Tensor Get(const std::string& key) const;
+  // The keys starting with `prefix`, without it, decoded (see the generator).
+  std::vector<std::string> KeysAfter(const std::string& prefix, bool address) const;
   std::string name_;
   torch::jit::Module values_;
 };

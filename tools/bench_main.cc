@@ -4,6 +4,7 @@
 //   tools/bazelw run -c opt //tools:bench                       # all models, 1 thread
 //   tools/bazelw run -c opt //tools:bench -- --models mlp50 --threads 2 --json out.json
 //   tools/bazelw run -c opt //tools:bench -- --models mlp50 --configs do_last_op  # profiling
+//   tools/bazelw run -c opt //tools:bench -- --backward --models mlp50,resnet18_train
 //
 // For each model, every configuration runs interleaved with the others (plain forward,
 // capture without saved values, full capture, ValidateForwardPass, Do on the last op, Do on
@@ -43,6 +44,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "tools/allocator_peak.h"
+#include "tools/bench_backward.h"
+#include "tools/bench_timing.h"
 #include "tools/flag_parser.h"
 #include "tools/output_keeper.h"
 #include "torchlens_dispatch/capture.h"
@@ -58,8 +61,6 @@
 
 namespace torchlens {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Which rows a model gets.
 enum class Rows {
@@ -175,36 +176,6 @@ void WriteLoop(const std::string& path, int64_t bytes) {
   ::close(fd);
 }
 
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values.empty() ? 0.0 : values[values.size() / 2];
-}
-
-// NOTE [Each run pays for its own frees]
-// glibc keeps freed small blocks in its fast bins and merges them into free space only
-// when some later allocation of a large block asks for it (malloc_consolidate), whichever
-// code makes that allocation. A plain forward frees thousands of small blocks and
-// allocates nothing large, so without care its merging is done, and timed, in the capture
-// that follows it: on a 2,000-layer MLP that charged the capture 0.1-0.2 us per op of
-// the plain forward's work (README "Performance"). Each timed run therefore ends, inside
-// its timing, with one allocation of 256 KiB, which merges what the run itself freed.
-// glibc's policy is unchanged; only who is charged for it. In a service that only runs
-// plain forwards nobody pays for that merging (freed blocks are reused as they are), so
-// the scaling pairs are also measured with frees left to glibc, and printed both ways.
-void ConsolidateFrees() {
-  void* volatile block = std::malloc(256 << 10);  // volatile: the pair must not be elided
-  std::free(block);
-}
-
-// Wall time of one call, in microseconds, including the merging of what it freed unless
-// `consolidate_frees` is false.
-double MicrosOf(const std::function<void()>& run, bool consolidate_frees = true) {
-  const auto start = Clock::now();
-  run();
-  if (consolidate_frees) ConsolidateFrees();
-  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
 struct Options {
   std::string models_dir;
   std::vector<std::string> only;
@@ -212,6 +183,7 @@ struct Options {
   int threads = 1;
   int repeats = 0;  // 0: chosen per model
   std::string json_file;
+  bool backward = false;  // --backward: the gradient rows (bench_backward.h) only
 };
 
 // Whether --models leaves `name` in (all models when it is not given).
@@ -231,10 +203,12 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   flags.Int("threads", &options.threads, 1);
   flags.Int("repeats", &options.repeats, 1);
   flags.String("json", &options.json_file);
+  flags.Switch("backward", &options.backward);
   if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(parsed.message(),
-                                                   "; flags: --models a,b --configs a,b --threads "
-                                                   "N --repeats N --json FILE --models_dir DIR"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(parsed.message(),
+                     "; flags: --models a,b --configs a,b --threads "
+                     "N --repeats N --json FILE --models_dir DIR --backward"));
   }
   return options;
 }
@@ -643,6 +617,34 @@ int main(int argc, char** argv) {
             << "malloc thresholds pinned (M_MMAP_THRESHOLD 64 MiB, M_TRIM_THRESHOLD 256 MiB), "
                "each timed run consolidates its own frees\n";
   nlohmann::json all = nlohmann::json::array();
+  if (options->backward) {
+    // Forward and backward, with and without save_grads (bench_backward.h).
+    for (const BenchModel& model : Models()) {
+      if (!Selected(*options, model.name) || model.rows != Rows::kAll) continue;
+      absl::StatusOr<torch::jit::Module> loaded =
+          LoadTorchScript(absl::StrCat(options->models_dir, "/", model.file));
+      if (!loaded.ok()) return 1;
+      loaded->train(model.train);
+      torch::manual_seed(0);
+      nlohmann::json rows = BenchBackward(model.name, *loaded, {torch::randn(model.input_shape)},
+                                          options->repeats, options->configs);
+      if (rows.is_null()) return 1;
+      PrintTable(rows);
+      for (const nlohmann::json& row : rows) {
+        if (row.contains("passed")) {
+          std::cout << model.name
+                    << " ValidateGradients: " << (row["passed"].get<bool>() ? "PASSED" : "FAILED")
+                    << " (" << row["gradients_checked"].get<int>() << " gradients checked)\n";
+        }
+      }
+      std::cout.flush();
+      for (nlohmann::json& row : rows) all.push_back(row);
+    }
+    if (!options->json_file.empty()) {
+      std::ofstream(UserPath(options->json_file)) << all.dump(2) << "\n";
+    }
+    return 0;
+  }
   for (const BenchModel& model : Models()) {
     if (!Selected(*options, model.name)) continue;
     nlohmann::json rows = BenchOne(model, *options);

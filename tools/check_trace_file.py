@@ -31,7 +31,7 @@ def main(trace_path, json_path, svg_path, fields_path):
     fields, metadata = read_fields(fields_path)
     trace = torch.load(trace_path)
     assert trace["format"] == "torchlens.trace", trace["format"]
-    assert trace["version"] == 3
+    assert trace["version"] == 4
     assert trace["training"] is True
     ops = {op["label"]: op for op in trace["ops"]}
     labels = [op["label"] for op in trace["ops"]]
@@ -96,10 +96,10 @@ def main(trace_path, json_path, svg_path, fields_path):
     # JSON: the same graph, with its schema.
     with open(json_path) as f:
         meta = json.load(f)
-    assert meta["schema"] == "torchlens.trace.json" and meta["version"] == 2
+    assert meta["schema"] == "torchlens.trace.json" and meta["version"] == 3
     assert [op["label"] for op in meta["ops"]] == labels
-    for op in meta["ops"]:
-        assert list(op.keys()) == metadata, (op["label"], list(op.keys()), metadata)
+    for op in meta["ops"]:  # the table's metadata, and the gradient's norm
+        assert list(op.keys()) == metadata + ["grad_norm"], (op["label"], list(op.keys()), metadata)
     assert meta["ops"][labels.index("relu_1_6:1")]["parents"] == ["batch_norm_1_5:1"]
     assert meta["ops"][labels.index("conv2d_1_2:1")]["source_position"] == position
     for entry in meta["buffers"]:

@@ -26,7 +26,8 @@ const char kUsage[] =
     "                 [--module M,...]\n"
     "                 [--chrome_trace FILE.json] [--save_modules M,... --save_types T,...\n"
     "                 --save_labels L,...] [--halt_after M|LABEL] [--stop_at_non_finite]\n"
-    "                 [--max_saved_bytes N [--partial_on_budget]] [-h | --help] [--version]\n"
+    "                 [--max_saved_bytes N [--partial_on_budget]] [--backward]\n"
+    "                 [-h | --help] [--version]\n"
     "       torchlens --describe [--model FILE.pt]\n"
     "\n"
     "Traces one forward pass of a TorchScript model and prints its ops, parameters and\n"
@@ -85,10 +86,16 @@ const char kUsage[] =
     "  --stop_at_non_finite  halt after the first op whose output holds NaN or Inf\n"
     "  --max_saved_bytes N stop saving at N bytes of saved values: an error, or with\n"
     "  --partial_on_budget the trace so far marked partial\n"
+    "  --backward          after the forward, run backward() from the sum of its\n"
+    "                      outputs: every value's gradient (a grad norm column), the\n"
+    "                      backward ops, per-module gradient norms; --validate,\n"
+    "                      --non_finite, --compare, --render, --json and the trace\n"
+    "                      files take the gradients too\n"
     "  -h, --help          print this and exit\n"
     "  --version           print the trace-file and JSON versions and LibTorch's\n"
     "\n"
-    "Exit codes: 0 done; 1 done, and --validate failed or --compare diverged; 2 an error\n"
+    "Exit codes: 0 done; 1 done, and --validate failed or --compare diverged (values or\n"
+    "gradients); 2 an error\n"
     "(one line on stderr). A flag only the trace can check (an --edit or --module name, a\n"
     "--compare file) is reported after everything else asked was done.\n";
 
@@ -179,6 +186,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   flags.Switch("stop_at_non_finite", &options.stop_at_non_finite);
   flags.Int("max_saved_bytes", &options.max_saved_bytes, 0);
   flags.Switch("partial_on_budget", &options.partial_on_budget);
+  flags.Switch("backward", &options.backward);
   flags.Value("render", [&](absl::string_view v) {
     if (!absl::EndsWithIgnoreCase(v, ".svg") && !absl::EndsWithIgnoreCase(v, ".png") &&
         !absl::EndsWithIgnoreCase(v, ".pdf")) {
@@ -270,6 +278,12 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     return absl::InvalidArgumentError(absl::StrCat(
         options.non_finite ? "--non_finite" : "--compare", " needs saved values; drop --no_save"));
   }
+  if (options.backward && (!options.halt_after.empty() || options.stop_at_non_finite)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--backward runs backward() from the forward's outputs, which a halted forward (",
+        options.stop_at_non_finite ? "--stop_at_non_finite" : "--halt_after",
+        ") does not return; drop one of them"));
+  }
   if (options.partial_on_budget && options.max_saved_bytes < 0) {
     return absl::InvalidArgumentError("--partial_on_budget needs --max_saved_bytes");
   }
@@ -312,6 +326,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     refuse_if(!options.halt_after.empty(), "--halt_after");
     refuse_if(options.stop_at_non_finite, "--stop_at_non_finite");
     refuse_if(options.max_saved_bytes >= 0, "--max_saved_bytes");
+    refuse_if(options.backward, "--backward");
     if (!given.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--trace reads a saved trace, but ", absl::StrJoin(given, ", "),

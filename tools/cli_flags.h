@@ -55,6 +55,8 @@ struct CliOptions {
   bool stop_at_non_finite = false;
   int64_t max_saved_bytes = -1;
   bool partial_on_budget = false;
+  // After the forward, backward() from the sum of the outputs (CaptureOptions::save_grads).
+  bool backward = false;
 };
 
 // "1,3,224,224" or several inputs separated by ';': "1,16;1,4". Dimensions are
@@ -71,7 +73,7 @@ absl::StatusOr<EditFlag> ParseEdit(absl::string_view text);
 // --trace, --compare, --compare_model, --hash, --non_finite, --module, --chrome_trace,
 // --save_modules,
 // --save_types, --save_labels, --halt_after, --stop_at_non_finite, --max_saved_bytes,
-// --partial_on_budget, --help; each
+// --partial_on_budget, --backward, --help; each
 // as "--flag=value" or "--flag value". kInvalidArgument for an unknown flag, a flag given twice
 // (except --edit), an empty value ("--model=", "--save ''"), or a value the flag does not take.
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);

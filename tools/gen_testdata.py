@@ -29,6 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import gen_testdata_grads
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")
 
 
@@ -1606,6 +1608,8 @@ def models():
         "nested_150": (nested(150), [rand(1, 2)], False),
         "branchy": (Branchy, [torch.ones(2, 3)], False),
         "nested_branches": (NestedBranches, [torch.ones(2, 3)], False),
+        # Issue 52: gradients (tools/gen_testdata_grads.py, with their oracles).
+        **gen_testdata_grads.models(rand),
     }
 
 
@@ -1760,6 +1764,7 @@ def generate(name, factory, inputs, training):
         values[f"output_{i}"] = y
     for address, buf in every_buffer(eager):
         values[buffer_key("buffer", address)] = buf
+    values.update(gen_testdata_grads.gradient_values(name, copy.deepcopy(model), inputs))
     for k, (kind, target, value) in enumerate(edits().get(name, [])):
         out, edited = edited_forward(model, inputs, kind, target, value)
         values[f"edit_{k}_value"] = value

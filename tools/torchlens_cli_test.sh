@@ -356,7 +356,7 @@ expect_error "rolled without render" "--render_depth, --rolled say how to draw t
 expect_error "show_buffers without render" "--show_buffers says how to draw" --show_buffers always
 expect_error "mistyped flag" "unknown flag --vaildate; did you mean --validate?" --vaildate
 "$TOOL" -h >"$TEST_TMPDIR/h.txt" 2>&1 && grep -q "^usage: torchlens" "$TEST_TMPDIR/h.txt" || fail "-h: $(head -2 "$TEST_TMPDIR/h.txt")"
-"$TOOL" --version >"$TEST_TMPDIR/v.txt" 2>&1 && grep -qx "torchlens: trace files version 3, JSON schema version 2, LibTorch 1.13.[0-9]*" "$TEST_TMPDIR/v.txt" ||
+"$TOOL" --version >"$TEST_TMPDIR/v.txt" 2>&1 && grep -qx "torchlens: trace files version 4, JSON schema version 3, LibTorch 1.13.[0-9]*" "$TEST_TMPDIR/v.txt" ||
   fail "--version: $(cat "$TEST_TMPDIR/v.txt")"
 "$TOOL" --halt_after relu_1_5 >"$TEST_TMPDIR/halt_label.txt" 2>&1 || fail "--halt_after relu_1_5: $(cat "$TEST_TMPDIR/halt_label.txt")"
 grep -q "^Partial trace: the forward was halted right after relu_1_5:1 (--halt_after)" "$TEST_TMPDIR/halt_label.txt" ||

@@ -37,6 +37,7 @@
 #include "graph/summary.h"
 #include "graph/torch_load.h"
 #include "graph/trace_file.h"
+#include "graph/trace_file_writer.h"
 #include "tools/cli_edits.h"
 #include "tools/cli_flags.h"
 #include "tools/flag_parser.h"
@@ -89,6 +90,46 @@ absl::StatusOr<std::string> DescribeNonFinite(const Trace& trace) {
                       found.has_inf ? "Inf" : "",
                       "); parents: ", parents.empty() ? "none" : absl::StrJoin(parents, ", "),
                       "\n");
+}
+
+// --non_finite with gradients: where the first NaN or Inf gradient came from.
+absl::StatusOr<std::string> DescribeNonFiniteGradient(const Trace& trace) {
+  absl::StatusOr<std::optional<NonFiniteGradient>> first = FirstNonFiniteGradient(trace);
+  if (!first.ok()) return first.status();
+  if (!first->has_value()) return std::string("Non-finite gradients: none\n");
+  const NonFiniteGradient& found = **first;
+  std::vector<std::string> readers;
+  for (const auto& [label, finite] : found.readers) {
+    readers.push_back(absl::StrCat(label, finite ? " (finite gradient)" : " (not finite)"));
+  }
+  return absl::StrCat(
+      "First non-finite gradient, in backward order: ", found.is_param ? "parameter " : "",
+      found.label, " in '", found.module_address, "' (", found.has_nan ? "NaN" : "",
+      found.has_nan && found.has_inf ? ", " : "", found.has_inf ? "Inf" : "", ")",
+      found.backward_op.empty() ? "" : absl::StrCat(", at ", found.backward_op),
+      "; from its readers: ", readers.empty() ? "none" : absl::StrJoin(readers, ", "), "\n");
+}
+
+// --backward: backward() from the sum of the forward's outputs that require grad.
+absl::Status Backward(const c10::IValue& outputs) {
+  at::Tensor loss;
+  ForEachTensor(outputs, [&](const at::Tensor& t) {
+    if (!t.defined() || !t.requires_grad() || !(t.is_floating_point() || t.is_complex())) return;
+    const at::Tensor sum = t.sum();
+    loss = loss.defined() ? loss + sum : sum;
+  });
+  if (!loss.defined()) {
+    return absl::InvalidArgumentError(
+        "--backward: no output of the forward requires grad (the model has no parameters that "
+        "require grad, or returns values computed without them); drop --backward");
+  }
+  try {
+    loss.backward();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backward: backward() of the sum of the outputs failed: ", FirstLine(e)));
+  }
+  return absl::OkStatus();
 }
 
 // Copies of the forward's arguments that share no tensor with them, for a second model
@@ -296,14 +337,25 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
   capture.stop_at_non_finite = options.stop_at_non_finite;
   capture.max_saved_bytes = options.max_saved_bytes;
   capture.partial_on_budget = options.partial_on_budget;
+  capture.save_grads = options.backward;
   if (!options.stream_file.empty()) capture.trace_file = UserPath(options.stream_file);
   std::vector<c10::IValue> second_inputs;
   if (!options.compare_model.empty()) second_inputs = CloneInputs(inputs);
   // --compare_model's forward draws the same random numbers as the first one.
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   const at::Tensor forward_rng_state = generator.get_state();
-  absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture);
+  c10::IValue outputs;
+  absl::StatusOr<Trace> trace = TraceModule(*model, std::move(inputs), capture, &outputs);
   if (!trace.ok()) return trace.status();
+  if (options.backward) {
+    if (absl::Status backward = Backward(outputs); !backward.ok()) return backward;
+    // The file the capture wrote has no gradients yet: written again, value by value.
+    if (!capture.trace_file.empty()) {
+      if (absl::Status written = WriteTraceFile(*trace, capture.trace_file); !written.ok()) {
+        return written;
+      }
+    }
+  }
   capture.trace_file.clear();  // --compare_model's trace stays in memory
   Subject subject{*std::move(trace), *model_path};
   if (!options.compare_model.empty()) {
@@ -311,7 +363,12 @@ absl::StatusOr<Subject> CaptureFromFlags(const CliOptions& options) {
     if (!second.ok()) return second.status();
     second->train(options.train);
     generator.set_state(forward_rng_state);
-    absl::StatusOr<Trace> traced = TraceModule(*second, std::move(second_inputs), capture);
+    c10::IValue second_outputs;
+    absl::StatusOr<Trace> traced =
+        TraceModule(*second, std::move(second_inputs), capture, &second_outputs);
+    if (traced.ok() && options.backward) {
+      if (absl::Status backward = Backward(second_outputs); !backward.ok()) traced = backward;
+    }
     if (!traced.ok()) {
       return absl::Status(
           traced.status().code(),
@@ -407,6 +464,27 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     }
     if (!report->passed) *exit_code = kAnswerIsNo;
   }
+  if (options->validate && trace->records_gradients()) {
+    absl::StatusOr<ValidationReport> gradients = ValidateGradients(*trace);
+    if (!gradients.ok()) problems.emplace_back(gradients.status().message());
+    if (gradients.ok()) {
+      json_extra.emplace_back("gradient_validation", ValidationReportToJson(*gradients));
+      absl::StrAppend(&summary, "\nGradient validation: ", gradients->passed ? "PASSED" : "FAILED",
+                      " (", Count(gradients->ops_checked, "gradient", "gradients"), " checked, ",
+                      Count(gradients->failures.size(), "failure", "failures"), ")\n");
+      for (const std::string& line : gradients->unproved) {
+        absl::StrAppend(&summary, "  unproved: ", line, "\n");
+      }
+      if (!gradients->not_checked.empty()) {
+        absl::StrAppend(&summary, "  not checked (read outside the trace, or not saved): ",
+                        absl::StrJoin(gradients->not_checked, ", "), "\n");
+      }
+      for (const std::string& failure : gradients->failures) {
+        absl::StrAppend(&summary, "  FAIL ", failure, "\n");
+      }
+      if (!gradients->passed) *exit_code = kAnswerIsNo;
+    }
+  }
   if (options->hash) {
     absl::StrAppend(&summary, "\nStructure hash: ", StructureHash(*trace), "\n");
   }
@@ -414,6 +492,11 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     absl::StatusOr<std::string> described = DescribeNonFinite(*trace);
     if (described.ok()) absl::StrAppend(&summary, *described);
     if (!described.ok()) problems.emplace_back(described.status().message());
+    if (trace->records_gradients()) {
+      absl::StatusOr<std::string> gradients = DescribeNonFiniteGradient(*trace);
+      if (gradients.ok()) absl::StrAppend(&summary, *gradients);
+      if (!gradients.ok()) problems.emplace_back(gradients.status().message());
+    }
   }
   for (const std::string& module : options->modules) {
     absl::StatusOr<std::string> calls = DescribeModuleCalls(*trace, module);
@@ -427,7 +510,14 @@ absl::Status Run(const std::vector<std::string>& args, int* exit_code) {
     if (comparison.ok()) {
       absl::StrAppend(&summary, "\nComparison with ", reference_name, " (a) of this run (b):\n",
                       FormatComparison(*comparison));
-      if (comparison->first_divergence.has_value()) *exit_code = kAnswerIsNo;
+      bool params_diverged = false;
+      for (const NodeComparison& param : comparison->param_grads) {
+        params_diverged = params_diverged || param.grad_diverged;
+      }
+      if (comparison->first_divergence.has_value() ||
+          comparison->first_gradient_divergence.has_value() || params_diverged) {
+        *exit_code = kAnswerIsNo;
+      }
     } else {
       problems.emplace_back(comparison.status().message());
     }

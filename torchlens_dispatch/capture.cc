@@ -16,6 +16,7 @@
 #include "graph/build_trace.h"
 #include "graph/trace_file_writer.h"
 #include "torchlens_dispatch/fallback.h"
+#include "torchlens_dispatch/gradient_hooks.h"
 #include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
@@ -74,7 +75,10 @@ absl::Status StreamToFile(const Model& model, CaptureOptions* options,
 struct CaptureGuard::State {
   State(std::shared_ptr<const ModelLayout> layout, bool training, CaptureOptions options,
         std::unique_ptr<TraceFileWriter> file)
-      : file(std::move(file)), recorder(std::move(layout), training, options) {
+      : file(std::move(file)),
+        gradients(options.save_grads ? std::make_unique<GradientHooks>(*layout) : nullptr),
+        recorder(std::move(layout), training, options) {
+    if (gradients != nullptr) recorder.SetGradientHooks(gradients.get());
     if (this->file != nullptr) {
       // See NOTE [Parameters written through views] in parameter_state.h.
       recorder.SetBeforeParameterWrite([writer = this->file.get()](const at::Tensor& parameter) {
@@ -92,7 +96,8 @@ struct CaptureGuard::State {
     if (Recorder::Current() == &recorder) Recorder::SetCurrent(nullptr);
   }
 
-  std::unique_ptr<TraceFileWriter> file;  // CaptureOptions::trace_file; outlives the sink
+  std::unique_ptr<TraceFileWriter> file;     // CaptureOptions::trace_file; outlives the sink
+  std::unique_ptr<GradientHooks> gradients;  // CaptureOptions::save_grads
   Recorder recorder;
   std::optional<c10::impl::IncludeDispatchKeyGuard> include_key;
   // See capture.h: one execution plan for every capture of a TorchScript model.
@@ -182,6 +187,8 @@ absl::StatusOr<Trace> CaptureGuard::End(const c10::IValue& outputs,
           : state_->recorder.Finish(outputs);
   state_->End();
   if (!record.ok()) return record.status();
+  // NOTE [Gradients in a trace] in graph/gradients.h.
+  if (state_->gradients != nullptr) record->gradients = state_->gradients->Finish(*record);
   const bool over_budget = record->budget_exceeded;
   const std::string sink_failure = record->sink_failure;
   const int32_t sink_failed_node = record->sink_failed_node;
@@ -213,12 +220,17 @@ bool CaptureGuard::halted() const { return state_ != nullptr && state_->recorder
 
 absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
                                   CaptureOptions options) {
+  return TraceModule(model, std::move(inputs), std::move(options), nullptr);
+}
+
+absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
+                                  CaptureOptions options, c10::IValue* outputs) {
   CaptureGuard guard(model, options);
   if (!guard.active()) return guard.Finish(c10::IValue());
   guard.MarkInputs(c10::ivalue::Tuple::create(inputs));
-  c10::IValue outputs;
+  c10::IValue returned;
   try {
-    outputs = RunUnoptimized(model, std::move(inputs));  // NOTE [Stable plans]
+    returned = RunUnoptimized(model, std::move(inputs));  // NOTE [Stable plans]
   } catch (const std::exception& e) {
     // CaptureOptions::halt_after stopped the forward: the trace so far.
     if (guard.halted()) return guard.Finish(c10::IValue());
@@ -228,7 +240,9 @@ absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IV
         out_of_memory ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInvalidArgument,
         absl::StrCat("the model's forward failed on these inputs: ", error.OneLine()));
   }
-  return guard.Finish(outputs);
+  absl::StatusOr<Trace> trace = guard.Finish(returned);
+  if (trace.ok() && outputs != nullptr) *outputs = std::move(returned);
+  return trace;
 }
 
 }  // namespace torchlens

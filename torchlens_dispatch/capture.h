@@ -112,6 +112,17 @@ class CaptureGuard {
 // and the model's source line (script_errors.h); running out of memory, kResourceExhausted.
 absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
                                   CaptureOptions options = {});
+// The same, also handing back the forward's return value in `*outputs` (its tensors keep
+// their autograd graph): with CaptureOptions::save_grads, a backward() from them fills the
+// trace's gradients.
+//
+//   CaptureOptions options;
+//   options.save_grads = true;
+//   c10::IValue out;
+//   absl::StatusOr<Trace> trace = TraceModule(model, {x}, options, &out);
+//   out.toTensor().sum().backward();   // trace->ops()[i].grad now holds each gradient
+absl::StatusOr<Trace> TraceModule(torch::jit::Module& model, std::vector<c10::IValue> inputs,
+                                  CaptureOptions options, c10::IValue* outputs);
 
 }  // namespace torchlens
 

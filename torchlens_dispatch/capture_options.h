@@ -50,6 +50,12 @@ struct CaptureOptions {
   // (see README "Unjournaled buffer changes"); the change becomes a `Trace::diagnostics()`
   // entry instead of a kFailedPrecondition error.
   bool allow_unjournaled_writes = false;
+  // Keep gradients (NOTE [Gradients in a trace] in graph/gradients.h): after backward() on
+  // values computed from the outputs, `Op::grad` holds each value's gradient and
+  // `Trace::backward_ops()` the ops autograd ran. Collecting them changes nothing autograd
+  // computes. Gradients arrive after Finish, so a trace file written during the capture
+  // (`trace_file`) holds none: write the trace after the backward (SaveTrace).
+  bool save_grads = false;
   // Time every user-level op (`Op::start_ns`, `Op::duration_ns`): two clock reads per op,
   // so off by default. Times include the op's nested calls and the capture's own work.
   bool time_ops = false;

@@ -27,6 +27,7 @@
 
 #include "graph/capture_record.h"
 #include "torchlens_dispatch/capture_options.h"
+#include "torchlens_dispatch/gradient_hooks.h"
 #include "torchlens_dispatch/model_layout.h"
 
 namespace torchlens {
@@ -91,6 +92,10 @@ class RecordAppender {
 
   CaptureRecord Release() { return std::move(record_); }
 
+  // CaptureOptions::save_grads: every value appended is shown to `hooks` (NOTE [Hooking the
+  // forward's autograd graph] in gradient_hooks.h), which outlive the appender's use.
+  void SetGradientHooks(GradientHooks* hooks) { gradient_hooks_ = hooks; }
+
   // Hands each saved node value to `sink` as it is appended (NOTE [Streaming saved values]
   // in capture_options.h); `sink` outlives the appender. A sink that throws is dropped and
   // its failure kept in the record (CaptureRecord::sink_failure). With `unsaved` the record
@@ -124,6 +129,7 @@ class RecordAppender {
   void Stream(int32_t node, int output, const at::Tensor& value);
 
   CaptureRecord record_;
+  GradientHooks* gradient_hooks_ = nullptr;
   const std::function<void(const StreamedValue&)>* sink_ = nullptr;
   bool stream_unsaved_ = false;
   bool defer_streaming_ = false;
@@ -148,6 +154,9 @@ inline void RecordAppender::AddOutput(int32_t index, const at::Tensor& tensor, i
   }
   NodeRecord& node = record_.nodes[index];
   node.outputs_end = Size(record_.outputs.size());
+  if (C10_UNLIKELY(gradient_hooks_ != nullptr)) {
+    gradient_hooks_->OnValue(record_, index, node.outputs_end - node.outputs_begin - 1, tensor);
+  }
   if (C10_UNLIKELY(sink_ != nullptr)) {
     const int output_index = node.outputs_end - node.outputs_begin - 1;
     if (defer_streaming_) {

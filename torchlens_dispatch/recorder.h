@@ -127,6 +127,10 @@ class Recorder : private BufferJournal::Tensors {
     params_.SetBeforeWrite(std::move(hook));
   }
 
+  // CaptureOptions::save_grads: `hooks` see every value recorded (gradient_hooks.h). Set
+  // before the forward.
+  void SetGradientHooks(GradientHooks* hooks) { record_.SetGradientHooks(hooks); }
+
   // Called by the fallback for every dispatched call on this thread.
   void OnOp(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
   // Called by the write watch before a nested call that declares a written argument runs

@@ -77,6 +77,18 @@ absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace);
 absl::StatusOr<ValidationReport> ValidateForwardPass(const Trace& trace,
                                                      const ValidationOptions& options);
 
+// The gradients of a trace captured with CaptureOptions::save_grads, after a backward:
+// each value's saved gradient must be the sum of what the backward of each op that read it
+// gives, re-run from the op's saved arguments and its outputs' saved gradients, summed in
+// the order autograd accumulated them (NOTE [Checking a gradient] in
+// validate_gradients.cc); bit for bit where the kernels are deterministic. `ops_checked`
+// counts the values checked; `failures` names each value whose gradient is not what its
+// readers give (a tampered gradient); `unproved` those equal only up to rounding; and
+// `not_checked` the values whose gradient came partly from outside the trace (outputs) and
+// the ops without saved arguments. ValidateForwardPass keeps its meaning. Errors:
+// kFailedPrecondition for a trace without saved values or without gradients.
+absl::StatusOr<ValidationReport> ValidateGradients(const Trace& trace);
+
 // The report as a JSON object with the fields above ("passed", "ops_checked", "failures",
 // "dead", "state_transition_only", "perturbations_checked", "unproved", "not_checked").
 std::string ValidationReportToJson(const ValidationReport& report);

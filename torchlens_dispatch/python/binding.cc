@@ -130,10 +130,22 @@ struct TraceHandle {
 };
 using Handle = std::shared_ptr<TraceHandle>;
 
+// A node of a trace: one of its ops, or of its backward ops (NOTE [Gradients in a trace] in
+// graph/gradients.h), which the next backward call replaces.
 struct OpRef {
   Handle handle;
   int index;
-  const Op& op() const { return handle->trace.ops()[index]; }
+  bool backward = false;
+  const Op& op() const {
+    if (!backward) return handle->trace.ops()[index];
+    const std::vector<const Op*> ops = handle->trace.backward_ops();
+    if (static_cast<size_t>(index) >= ops.size()) {
+      Raise(error,
+            "this backward op belongs to an earlier backward call; read trace.backward_ops "
+            "again after each backward()");
+    }
+    return *ops[index];
+  }
 };
 
 struct BufferRef {
@@ -188,7 +200,7 @@ at::Tensor TensorArgument(py::handle value, const std::string& what) {
 class EagerCapture {
  public:
   EagerCapture(py::handle model, py::handle script_module_type, bool save,
-               bool allow_unjournaled_writes)
+               bool allow_unjournaled_writes, bool save_grads)
       : thread_(std::this_thread::get_id()), reading_(ReadEagerModel(model, script_module_type)) {
     // The forward may drop a module from the model: the capture keeps every module it
     // scoped or reads buffers of alive until it ends.
@@ -199,6 +211,7 @@ class EagerCapture {
     CaptureOptions options;
     options.save_activations = save;
     options.allow_unjournaled_writes = allow_unjournaled_writes;
+    options.save_grads = save_grads;
     guard_ = std::make_unique<CaptureGuard>(reading_->model, std::move(options));
     if (!guard_->active()) {
       absl::Status why = guard_->Finish(c10::IValue()).status();
@@ -422,6 +435,33 @@ PYBIND11_MODULE(_C, m) {
                                return std::vector<std::string>(r.op().parent_params.begin(),
                                                                r.op().parent_params.end());
                              })
+      .def_property_readonly(
+          "grad",
+          [](const OpRef& r) {
+            // Not remembered as shared: a gradient written in place is what
+            // validate_gradients() exists to catch.
+            NoCapture no_capture(kCaptureKey);
+            return TensorOrNone(r.op().grad.defined() ? r.op().grad.detach() : at::Tensor());
+          },
+          "The gradient of the first output after the latest backward() that reached the "
+          "trace (tl.trace(..., save_grads=True)), or None.")
+      .def_property_readonly(
+          "grads",
+          [](const OpRef& r) {
+            NoCapture no_capture(kCaptureKey);
+            py::list grads;
+            for (const at::Tensor& grad : r.op().grads) {
+              grads.append(TensorOrNone(grad.defined() ? grad.detach() : at::Tensor()));
+            }
+            return grads;
+          },
+          "Every output's gradient (None where none reached it); empty when none did.")
+      .def_property_readonly(
+          "forward_label", [](const OpRef& r) { return r.op().forward_label; },
+          "A backward op: the label of the forward node whose gradient it computes (for a "
+          "parameter's accumulation, whose `address` names the parameter, the op that read "
+          "it).")
+      .def_property_readonly("is_backward", [](const OpRef& r) { return r.op().is_backward(); })
       .def_property_readonly("is_input", [](const OpRef& r) { return r.op().is_input(); })
       .def_property_readonly("is_output", [](const OpRef& r) { return r.op().is_output(); })
       .def("__repr__", [](const OpRef& r) { return Repr(r.op()); });
@@ -550,6 +590,29 @@ PYBIND11_MODULE(_C, m) {
                              [](const Handle& h) { return OpRefs(h, h->trace.buffer_read_ops()); })
       .def_property_readonly("buffer_write_ops",
                              [](const Handle& h) { return OpRefs(h, h->trace.buffer_write_ops()); })
+      .def_property_readonly(
+          "backward_ops",
+          [](const Handle& h) {
+            std::vector<OpRef> ops;
+            const size_t count = h->trace.backward_ops().size();
+            for (size_t i = 0; i < count; ++i) ops.push_back(OpRef{h, static_cast<int>(i), true});
+            return ops;
+          },
+          "The ops autograd ran in the latest backward() that reached the trace, in execution "
+          "order, each linked to its forward node (Op.forward_label).")
+      .def_property_readonly(
+          "param_grads",
+          [](const Handle& h) {
+            NoCapture no_capture(kCaptureKey);
+            py::dict grads;
+            for (const auto& [address, grad] : h->trace.param_grads()) {
+              grads[py::str(address)] = TensorOrNone(grad.detach());
+            }
+            return grads;
+          },
+          "The parameters' gradients from that backward, by address.")
+      .def_property_readonly("records_gradients",
+                             [](const Handle& h) { return h->trace.records_gradients(); })
       .def_property_readonly("input_labels",
                              [](const Handle& h) { return h->trace.input_labels(); })
       .def_property_readonly("output_labels",
@@ -587,6 +650,20 @@ PYBIND11_MODULE(_C, m) {
           py::arg("threads") = 1,
           "Replays every op from its saved arguments and checks values and edges "
           "(ValidateForwardPass); a ValidationReport.")
+      .def(
+          "validate_gradients",
+          [](const Handle& h) {
+            h->CheckUnchanged("have its gradients validated");
+            absl::StatusOr<ValidationReport> report;
+            {
+              py::gil_scoped_release no_gil;
+              NoCapture no_capture(kCaptureKey);
+              report = ValidateGradients(h->trace);
+            }
+            return ValueOrRaise(std::move(report));
+          },
+          "Re-runs the backward of every op from its saved arguments and its outputs' saved "
+          "gradients and checks each saved gradient (ValidateGradients); a ValidationReport.")
       .def("do", &DoEdits, py::arg("edits"), py::arg("strict") = false,
            "A new Trace with the edits ({label: tensor}) applied and their cone of effect "
            "re-executed; this trace is never written. A buffer version that cannot be "
@@ -639,7 +716,7 @@ PYBIND11_MODULE(_C, m) {
       });
 
   py::class_<EagerCapture>(m, "_Capture")
-      .def(py::init<py::handle, py::handle, bool, bool>())
+      .def(py::init<py::handle, py::handle, bool, bool, bool>())
       .def("buffer_classes", &EagerCapture::buffer_classes)
       .def("mark_inputs", &EagerCapture::MarkInputs)
       .def("stop", &EagerCapture::Stop)

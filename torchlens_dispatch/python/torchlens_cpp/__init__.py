@@ -144,18 +144,21 @@ class capture:
         trace = cap.finish(out)
 
     `finish(outputs)` marks the outputs (a tensor, or a tuple/list/dict of them) and returns
-    the Trace; call it once, on the same thread, inside or after the block. If the block
+    the Trace; call it once, on the same thread, inside or after the block. With
+    `save_grads=True`, a backward() from the outputs then fills `Op.grad`,
+    `trace.backward_ops` and `trace.param_grads`. If the block
     raises, the exception propagates unchanged, the model's classes and modules are
     restored, and `cap.trace` is the partial trace (`trace.partial` is True, its
     `partial_reason` names the error); `finish()` then returns it too.
     """
 
-    def __init__(self, model, save=True, *, allow_unjournaled_writes=False):
+    def __init__(self, model, save=True, *, allow_unjournaled_writes=False, save_grads=False):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
         self._model = model
         self._save = bool(save)
         self._allow_unjournaled_writes = bool(allow_unjournaled_writes)
+        self._save_grads = bool(save_grads)
         self._native = None
         self._classes = ()
         self.trace = None
@@ -167,7 +170,7 @@ class capture:
             raise Error("this thread is already capturing (captures do not nest); finish the "
                         "outer capture first, or capture on another thread")
         self._native = _C._Capture(self._model, torch.jit.ScriptModule, self._save,
-                                   self._allow_unjournaled_writes)
+                                   self._allow_unjournaled_writes, self._save_grads)
         self._classes = self._native.buffer_classes()
         if self._classes:
             _patch(self._classes)
@@ -220,17 +223,22 @@ class capture:
         return self.trace
 
 
-def trace(model, args, kwargs=None, *, save=True, allow_unjournaled_writes=False):
+def trace(model, args, kwargs=None, *, save=True, allow_unjournaled_writes=False,
+          save_grads=False):
     """Runs `model(*args, **kwargs)` under capture and returns its Trace.
 
     `args` is a tensor or a tuple/list of positional arguments. The model runs in its
     current train/eval and grad mode; the capture draws no random numbers of its own. The
     forward's own exception propagates unchanged; `trace.output` is its return value.
+    With `save_grads=True`, `trace.output.sum().backward()` (any backward from the output)
+    fills each `Op.grad`, `trace.backward_ops` and `trace.param_grads`; each backward that
+    reaches the trace replaces the previous one's gradients.
     """
     if not isinstance(args, (tuple, list)):
         args = (args,)
     kwargs = {} if kwargs is None else kwargs
-    cap = capture(model, save, allow_unjournaled_writes=allow_unjournaled_writes)
+    cap = capture(model, save, allow_unjournaled_writes=allow_unjournaled_writes,
+                  save_grads=save_grads)
     with cap:
         cap._mark_inputs(args, kwargs)
         output = model(*args, **kwargs)
