@@ -87,7 +87,9 @@ TEST(GradientNormsTest, SummaryAndJson) {
     if (op["label"] == "relu_1_2:1") {
       EXPECT_DOUBLE_EQ(op["grad_norm"].get<double>(), *GradNorm(Node(trace, "relu_1_2:1").grad));
     }
-    if (op["label"] == "input_1") EXPECT_TRUE(op["grad_norm"].is_null());
+    if (op["label"] == "input_1") {
+      EXPECT_TRUE(op["grad_norm"].is_null());
+    }
   }
   EXPECT_DOUBLE_EQ(json["param_grad_norms"]["fc1.bias"].get<double>(),
                    *GradNorm(trace.param_grads().at("fc1.bias")));

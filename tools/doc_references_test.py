@@ -33,6 +33,7 @@ import sys
 # The user guide and the documents that hold what it links to, each beside its code.
 DOCUMENTS = (
     "README.md",
+    "graph/GRADIENTS.md",
     "graph/HOSTILE_INPUTS.md",
     "graph/TRACE.md",
     "graph/TRACE_FILE.md",
@@ -43,6 +44,7 @@ DOCUMENTS = (
     "tools/zoo/README.md",
     "torchlens_dispatch/CAPTURE.md",
     "torchlens_dispatch/SERVICE_CAPTURE.md",
+    "torchlens_dispatch/python/README.md",
     "validation/INTERVENTIONS.md",
     "validation/VALIDATION.md",
 )

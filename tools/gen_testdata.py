@@ -14,6 +14,8 @@ For each model NAME it writes, into testdata/:
                       buffer__ADDRESS          every registered buffer after the forward
                                                (dots in the address become "__")
                       initial__ADDRESS         every registered buffer before it
+and testdata/MANIFEST, the hashes that //tools:testdata_manifest_test checks: edit the
+generator, then regenerate every model, or that test fails.
 The eager module (not the scripted one) computes the expected values, so the tests compare
 the C++ capture against an independent oracle. Everything is seeded: re-running the
 generator reproduces the same values.
@@ -30,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gen_testdata_grads
+import testdata_manifest
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")
 
@@ -1783,6 +1786,13 @@ def generate(name, factory, inputs, training):
 
 
 def main():
+    # Scripting writes a class's constants in set order, which string hashing randomizes
+    # per process: a fixed hash seed makes every run write the same bytes (the hashes in
+    # testdata/MANIFEST), so a re-run over unchanged models changes nothing but
+    # lstsq_gelsy's expected outputs (LstsqGelsy says why they vary).
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable] + sys.argv)
     sys.setrecursionlimit(20000)  # scripting nested_150 recurses through every level
     os.makedirs(OUT, exist_ok=True)
     # An input file for `torchlens --input` (torch.save of a tensor).
@@ -1794,6 +1804,11 @@ def main():
             continue
         generate(name, factory, inputs, training)
         print("wrote", name)
+    # testdata/MANIFEST: a full run vouches for every file and for the generator itself; a
+    # partial one only for what it wrote (tools/testdata_manifest.py).
+    written = ["demo_input.pt"] + [f"{name}{suffix}" for name in sorted(only)
+                                   for suffix in (".pt", ".expected.pt")]
+    testdata_manifest.write_manifest(written if only else [])
 
 
 if __name__ == "__main__":
