@@ -2,9 +2,10 @@
 //
 // NOTE [One Op field table]
 // `VisitOpFields(op, visitor)` calls `visitor(name, member, field)` for every field a trace
-// file holds, in file order. The trace file writer and reader (trace_file.cc) and the JSON
-// writer (json_export.cc) are visitors over it, and `OpFieldNames` lists it for the
-// Python checker (tools/op_fields.cc prints it for tools/check_trace_file.py). A field
+// file holds, in file order. The trace file writer and reader (trace_file_save.cc,
+// trace_file_load.cc) and the JSON writer (json_export.cc) are visitors over it, and
+// `OpFieldNames` lists it for the Python checker (tools/op_fields.cc prints it for
+// tools/check_trace_file.py). A field
 // added here reaches every format; one added to `Op` but not here reaches none, which
 // suits state the trace rebuilds on load:
 //   * `kind`, from `type` and `is_buffer` (`OpKindOf`);

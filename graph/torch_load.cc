@@ -113,7 +113,7 @@ class Converter {
   }
 
   // The type a list's or dict's tag names (bounded for the parser: PlausibleTypeTag in
-  // pickle_values.cc). LibTorch's parser returns null for some names ("Union") rather
+  // pickle_calls.cc). LibTorch's parser returns null for some names ("Union") rather
   // than throwing, and a DynamicType, which no cast to ListType or DictType matches: its
   // static equivalent is what lists are built with.
   absl::StatusOr<c10::TypePtr> Tagged(const PickleNode& node, const std::string& path) const {

@@ -1,4 +1,4 @@
-// Timing helpers of the bench (bench_main.cc, bench_backward.cc).
+// Timing helpers of the bench (bench_forward.cc, bench_backward.cc, bench_scaling.cc).
 #ifndef TORCHLENS_TOOLS_BENCH_TIMING_H_
 #define TORCHLENS_TOOLS_BENCH_TIMING_H_
 
