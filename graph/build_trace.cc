@@ -111,6 +111,8 @@ TraceParts BuildGraph(CaptureRecord record) {
     const NodeRecord& node = nodes[n];
     Op& op = ops.emplace_back();
     switch (node.kind) {
+      case NodeRecord::Kind::kBackward:  // never recorded (see NodeRecord::Kind)
+        break;
       case NodeRecord::Kind::kInput:
         op.type = "input";
         op.kind = OpKind::kInput;
@@ -133,7 +135,6 @@ TraceParts BuildGraph(CaptureRecord record) {
         if (buffer_number[node.buffer] == 0) buffer_number[node.buffer] = ++buffers_seen;
         op.type = "buffer";
         op.kind = OpKind::kBufferVersion;
-        op.is_buffer = true;
         op.address = *buffer.address;
         if (has_initial_read.empty()) {
           op.buffer_pass = ++buffer_versions[node.buffer];
@@ -217,11 +218,9 @@ TraceParts BuildGraph(CaptureRecord record) {
       if (!keep_sources) continue;
       switch (source.kind) {
         case SourceRecord::Kind::kNode:
-          op.arg_sources.push_back(ArgSource{
-              ArgSource::Kind::kNode,
-              source.index >= 0 && source.index < static_cast<int32_t>(n) ? ops[source.index].label
-                                                                          : std::string(),
-              source.output_index});
+          op.arg_sources.push_back(
+              NodeSource(ops, source.index < static_cast<int32_t>(n) ? source.index : -1,
+                         source.output_index));
           break;
         case SourceRecord::Kind::kParam:
           op.arg_sources.push_back(ArgSource{ArgSource::Kind::kParam,
@@ -244,8 +243,7 @@ TraceParts BuildGraph(CaptureRecord record) {
       const AliasWriteRecord& write = record.alias_writes[w];
       AliasWrite& alias = op.alias_writes.emplace_back();
       if (write.before.index >= 0 && write.before.index < static_cast<int32_t>(n)) {
-        alias.before = ArgSource{ArgSource::Kind::kNode, ops[write.before.index].label,
-                                 write.before.output_index};
+        alias.before = NodeSource(ops, write.before.index, write.before.output_index);
       }
       alias.written_tensor = write.written_tensor;
       alias.aliased = write.aliased;
