@@ -157,6 +157,8 @@ TraceParts GraphBuilder::Build() && {
 // pass, an op's operator, module, layer numbers and source position.
 void GraphBuilder::Name(const NodeRecord& node, Op& op) {
   switch (node.kind) {
+    case NodeRecord::Kind::kBackward:  // never recorded (see NodeRecord::Kind)
+      break;
     case NodeRecord::Kind::kInput:
       op.type = "input";
       op.kind = OpKind::kInput;
@@ -179,7 +181,6 @@ void GraphBuilder::Name(const NodeRecord& node, Op& op) {
       if (buffer_number_[node.buffer] == 0) buffer_number_[node.buffer] = ++buffers_seen_;
       op.type = "buffer";
       op.kind = OpKind::kBufferVersion;
-      op.is_buffer = true;
       op.address = *buffer.address;
       if (has_initial_read_.empty()) {
         op.buffer_pass = ++buffer_versions_[node.buffer];
@@ -289,11 +290,8 @@ void GraphBuilder::FillParamsAndSources(size_t n, const NodeRecord& node, Op& op
     switch (source.kind) {
       case SourceRecord::Kind::kNode:
         op.arg_sources.push_back(
-            ArgSource{ArgSource::Kind::kNode,
-                      source.index >= 0 && source.index < static_cast<int32_t>(n)
-                          ? parts_.ops[source.index].label
-                          : std::string(),
-                      source.output_index});
+            NodeSource(parts_.ops, source.index < static_cast<int32_t>(n) ? source.index : -1,
+                       source.output_index));
         break;
       case SourceRecord::Kind::kParam:
         op.arg_sources.push_back(ArgSource{ArgSource::Kind::kParam,
@@ -318,8 +316,7 @@ void GraphBuilder::FillAliasWrites(size_t n, const NodeRecord& node, Op& op) {
     const AliasWriteRecord& write = record_.alias_writes[w];
     AliasWrite& alias = op.alias_writes.emplace_back();
     if (write.before.index >= 0 && write.before.index < static_cast<int32_t>(n)) {
-      alias.before = ArgSource{ArgSource::Kind::kNode, parts_.ops[write.before.index].label,
-                               write.before.output_index};
+      alias.before = NodeSource(parts_.ops, write.before.index, write.before.output_index);
     }
     alias.written_tensor = write.written_tensor;
     alias.aliased = write.aliased;

@@ -59,7 +59,9 @@ struct OpTiming {
 };
 
 struct NodeRecord {
-  enum class Kind : uint8_t { kInput, kOp, kBufferVersion, kOutput, kConstant };
+  // What the node is: any OpKind but kBackward (the gradient hooks record backward ops,
+  // graph/gradients.h).
+  using Kind = OpKind;
   Kind kind = Kind::kOp;
   // kOp: which operator (index into CaptureRecord::operators), its module (index into
   // CaptureRecord::module_addresses) and layer identity (equal ids = the same layer).

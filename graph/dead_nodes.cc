@@ -12,7 +12,8 @@ std::vector<int> Unread(const Trace& trace) {
   std::vector<int> frontier;
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
-    const bool sink = op.is_output() || (op.is_buffer && op.buffer_write_kind.has_value()) ||
+    const bool sink = op.is_output() ||
+                      (op.is_buffer_version() && op.buffer_write_kind.has_value()) ||
                       (op.is_compute() && op.tensor_dtype.empty());  // no tensor result
     if (sink) {
       reached[i] = true;

@@ -33,9 +33,10 @@ std::string Closest(const Trace& trace, absl::string_view address) {
 // Whether a reader at `reader` takes a value out of `call` (NOTE [Module calls]).
 bool LeavesCall(const Trace& trace, const absl::flat_hash_set<int>& call, int reader) {
   const Op& op = trace.ops()[reader];
-  if (op.is_buffer) {  // a version the op wrote: whoever reads it next
+  if (op.is_buffer_version()) {  // a version the op wrote: whoever reads it next
     for (int32_t next : op.child_indices) {
-      if (next >= 0 && !trace.ops()[next].is_buffer && LeavesCall(trace, call, next)) return true;
+      if (next >= 0 && !trace.ops()[next].is_buffer_version() && LeavesCall(trace, call, next))
+        return true;
     }
     return false;
   }

@@ -9,7 +9,8 @@
 // added here reaches every format; one added to `Op` but not here reaches none, which
 // suits state the trace rebuilds on load:
 //   * `kind`, from `type` and `is_buffer` (`OpKindOf`);
-//   * `parent_indices` and `child_indices`, from the labels (`Trace::Assemble`).
+//   * `parent_indices`, `child_indices` and each argument source's `node`, from the labels
+//     (`Trace::Assemble`).
 // A visitor handles each member type the table uses: strings, int, int64_t, bool, string
 // lists, `at::DimVector`, `std::optional<WriteKind>`, `std::optional<bool>`, tensors,
 // tensor lists (shared and plain), argument lists, `ArgSource` and `AliasWrite` lists, and the

@@ -55,7 +55,7 @@ struct Cluster {
 }  // namespace
 
 bool BufferShown(const Op& op, ShowBuffers show) {
-  if (!op.is_buffer) return true;
+  if (!op.is_buffer_version()) return true;
   switch (show) {
     case ShowBuffers::kNever:
       return false;
@@ -82,7 +82,8 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
       return false;
     }
     const auto hidden_buffer = [&](int32_t index) {
-      return index >= 0 && ops[index].is_buffer && !BufferShown(ops[index], options.show_buffers);
+      return index >= 0 && ops[index].is_buffer_version() &&
+             !BufferShown(ops[index], options.show_buffers);
     };
     return std::all_of(op.parent_indices.begin(), op.parent_indices.end(), hidden_buffer) &&
            std::all_of(op.child_indices.begin(), op.child_indices.end(), hidden_buffer);
@@ -126,7 +127,7 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
   std::map<int, std::pair<bool, std::vector<WriteKind>>> versions_of_group;
   if (options.rolled) {
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (!ops[i].is_buffer) continue;
+      if (!ops[i].is_buffer_version()) continue;
       auto& [read, writes] = versions_of_group[grouping.group_of[i]];
       if (ops[i].buffer_write_kind.has_value()) {
         writes.push_back(*ops[i].buffer_write_kind);
@@ -154,7 +155,7 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
     std::vector<std::string> tooltip;  // lines: what is odd about the node first,
     std::vector<std::string> code;     // then where it is in the model's code
     std::string text;
-    if (op.is_buffer) {
+    if (op.is_buffer_version()) {
       text = absl::StrCat(op.address, ":", op.buffer_pass, "\n",
                           op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read", " ",
                           FormatShape(op.tensor_shape));
@@ -207,7 +208,7 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
         link(parent, i, "");
         continue;
       }
-      if (!from.is_buffer) continue;  // hidden bookkeeping op: its buffers are listed
+      if (!from.is_buffer_version()) continue;  // hidden bookkeeping op: its buffers are listed
       hidden.push_back(absl::StrCat(from.address, ":", from.buffer_pass));
       // Keep the data flow through a hidden written version visible.
       for (int32_t writer : from.parent_indices) {
@@ -235,7 +236,8 @@ std::string RenderDot(const Trace& trace, RenderOptions options) {
       code.clear();
       const size_t dot = group.name.rfind('.');
       cluster = dot == std::string::npos ? std::string() : group.name.substr(0, dot);
-    } else if (group.kind == RenderGroup::Kind::kLayer && group.passes > 1 && op.is_buffer) {
+    } else if (group.kind == RenderGroup::Kind::kLayer && group.passes > 1 &&
+               op.is_buffer_version()) {
       // A rolled buffer: its versions' reads and writes, not its first version's kind.
       const auto& [read, writes] = versions_of_group[group_index];
       std::vector<std::string> kinds;

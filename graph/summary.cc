@@ -103,7 +103,7 @@ std::string Counted(int64_t count, absl::string_view singular, absl::string_view
 }  // namespace
 
 std::string NodeName(const Op& op) {
-  return op.is_buffer ? absl::StrCat(op.address, ":", op.buffer_pass) : op.label;
+  return op.is_buffer_version() ? absl::StrCat(op.address, ":", op.buffer_pass) : op.label;
 }
 
 bool LibraryFile(absl::string_view file) {
@@ -146,7 +146,7 @@ std::string FormatSummary(const Trace& trace, bool library_branches) {
   };
   for (const Op& op : trace.ops()) {
     std::string type = op.type;
-    if (op.is_buffer) {
+    if (op.is_buffer_version()) {
       type = absl::StrCat(
           "buffer (", op.buffer_write_kind ? WriteKindName(*op.buffer_write_kind) : "read", ")");
     }

@@ -179,6 +179,7 @@ void Trace::AdoptGraph(TraceParts parts, Graph& graph) {
   graph.records_gradients = graph.records_gradients || parts.records_gradients;
   if (parts.gradients != nullptr) graph.gradients = std::move(parts.gradients);
   std::vector<Op>& ops = graph.ops;
+  for (Op& op : ops) op.is_buffer = op.is_buffer_version();
   if (!parts.children_linked) {
     absl::flat_hash_map<absl::string_view, int> labels;
     labels.reserve(ops.size());
@@ -198,6 +199,19 @@ void Trace::AdoptGraph(TraceParts parts, Graph& graph) {
         from.children.push_back(op.label);
         from.child_indices.push_back(static_cast<int32_t>(i));
       }
+    }
+    const auto position = [&labels](const ArgSource& source) -> int32_t {
+      if (source.kind != ArgSource::Kind::kNode) return -1;
+      auto it = labels.find(source.name);
+      return it == labels.end() ? -1 : it->second;
+    };
+    for (Op& op : ops) {
+      for (size_t s = 0; s < op.arg_sources.size(); ++s) {
+        // Written only when it changes: a fork's sources are shared with its original's.
+        const int32_t node = position(op.arg_sources[s]);
+        if (op.arg_sources[s].node != node) op.arg_sources.mutable_at(s).node = node;
+      }
+      for (AliasWrite& write : op.alias_writes) write.before.node = position(write.before);
     }
   }
   LinkBuffers(graph);
@@ -286,7 +300,7 @@ void Trace::LinkBuffers(Graph& graph) {
     buffer.num_overwrites = 0;
   }
   for (const Op& op : graph.ops) {
-    if (!op.is_buffer) continue;
+    if (!op.is_buffer_version()) continue;
     auto it = buffers.find(op.address);
     if (it == buffers.end()) continue;
     it->second.versions.push_back(&op);
@@ -309,6 +323,26 @@ int Trace::IndexOfLabel(absl::string_view label) const {
   const absl::flat_hash_map<absl::string_view, int>& labels = by_label();
   auto it = labels.find(label);
   return it == labels.end() ? -1 : it->second;
+}
+
+ArgSource NodeSource(const std::vector<Op>& ops, int32_t node, int output_index) {
+  if (node < 0 || static_cast<size_t>(node) >= ops.size()) {
+    return ArgSource{ArgSource::Kind::kNode, std::string(), output_index, -1};
+  }
+  return ArgSource{ArgSource::Kind::kNode, ops[node].label, output_index, node};
+}
+
+const Op* SourceNode(const std::vector<Op>& ops, const ArgSource& source) {
+  if (source.kind != ArgSource::Kind::kNode || source.node < 0 ||
+      static_cast<size_t>(source.node) >= ops.size()) {
+    return nullptr;
+  }
+  return &ops[source.node];
+}
+
+bool SameSource(const ArgSource& a, const ArgSource& b) {
+  if (a.kind != b.kind || a.output_index != b.output_index) return false;
+  return a.kind == ArgSource::Kind::kNode ? a.node >= 0 && a.node == b.node : a.name == b.name;
 }
 
 OpKind OpKindOf(absl::string_view type, bool is_buffer) {
@@ -379,7 +413,7 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
   };
   // Buffer versions by address ("calls:2"), as the summary and pictures name them.
   for (const Op& op : graph.ops) {
-    consider(op.is_buffer ? absl::StrCat(op.address, ":", op.buffer_pass) : op.label);
+    consider(op.is_buffer_version() ? absl::StrCat(op.address, ":", op.buffer_pass) : op.label);
   }
   for (const auto& [address, buffer] : graph.buffers) consider(address);
   std::sort(scored.begin(), scored.end());
@@ -394,7 +428,7 @@ absl::StatusOr<const Op*> Trace::Find(absl::string_view key) const {
 std::vector<const Op*> Trace::buffer_read_ops() const {
   std::vector<const Op*> result;
   for (const Op& op : ops()) {
-    if (op.is_buffer && !op.buffer_write_kind.has_value()) result.push_back(&op);
+    if (op.is_buffer_version() && !op.buffer_write_kind.has_value()) result.push_back(&op);
   }
   return result;
 }
@@ -402,7 +436,7 @@ std::vector<const Op*> Trace::buffer_read_ops() const {
 std::vector<const Op*> Trace::buffer_write_ops() const {
   std::vector<const Op*> result;
   for (const Op& op : ops()) {
-    if (op.is_buffer && op.buffer_write_kind.has_value()) result.push_back(&op);
+    if (op.is_buffer_version() && op.buffer_write_kind.has_value()) result.push_back(&op);
   }
   return result;
 }

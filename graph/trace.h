@@ -1,9 +1,11 @@
 // The trace: what one captured forward pass did, as a graph of plain `Op` nodes.
 //
 // A `Trace` holds one `Op` per executed op, per model input and output, and per observed
-// version of every registered buffer, in execution order. Edges are labels: an op's
-// `parents` are the nodes whose values it read (in argument order), its `children` the
-// nodes that read its value. Beside the graph it keeps address-level metadata:
+// version of every registered buffer, in execution order. An op's `parents` are the nodes
+// whose values it read (in argument order), its `children` the nodes that read its value,
+// each named by label for people and files, and by position in `ops()` for code
+// (`parent_indices`, `child_indices`, `ArgSource::node`). Beside the graph it keeps
+// address-level metadata:
 // `buffers()` (each buffer's versions, initial and final value), `modules()` and
 // `params()`, addressed exactly as `named_buffers()`, `named_modules()` and
 // `named_parameters()` name them.
@@ -75,11 +77,19 @@ struct ArgSource {
     kNone,      // an undefined tensor (an absent optional argument)
   };
   Kind kind = Kind::kNone;
-  std::string name;
+  std::string name;  // what files and people read
   int output_index = 0;
+  // kNode: the position in `Trace::ops()` of the node `name` labels, what code follows;
+  // -1 when the trace holds no such node. Filled wherever a trace is made (NodeSource,
+  // or from the labels by `Trace::Assemble`).
+  int32_t node = -1;
 };
 
 absl::string_view ArgSourceKindName(ArgSource::Kind kind);  // "node", "param", ...
+
+// Whether `a` and `b` name the same value: the same node's same output (by position), or
+// the same parameter.
+bool SameSource(const ArgSource& a, const ArgSource& b);
 
 // A tensor that an op changed by writing another tensor on the same storage: the base of
 // a view the op wrote (`x[0].add_(1)` changes `x`), a view whose base it wrote, or a
@@ -101,7 +111,7 @@ enum class OpKind : uint8_t {
   kOp,             // an executed operator
   kInput,          // a model input
   kOutput,         // a model output
-  kBufferVersion,  // an observed version of a registered buffer (`is_buffer`)
+  kBufferVersion,  // an observed version of a registered buffer (`Op::is_buffer`)
   kConstant,       // a tensor from outside the capture that is not an input
   kBackward,       // a node autograd ran in backward (`Trace::backward_ops`, never in `ops`)
 };
@@ -158,6 +168,8 @@ struct Op {
   at::Tensor out;  // saved value (undefined when not saved); the first tensor output
 
   // Buffer version fields (meaningful when `is_buffer`).
+  // `kind == OpKind::kBufferVersion`, for users: set from `kind` when the trace is made
+  // (`Trace::Assemble`), and code inside the library tests `kind`.
   bool is_buffer = false;
   std::string address;                         // "bn.running_mean", "h"
   int buffer_pass = 0;                         // 1-based version index for this address
@@ -225,6 +237,7 @@ struct Op {
   bool is_constant() const { return kind == OpKind::kConstant; }
   bool is_compute() const { return kind == OpKind::kOp; }
   bool is_backward() const { return kind == OpKind::kBackward; }
+  bool is_buffer_version() const { return kind == OpKind::kBufferVersion; }
   // Whether the capture kept this node's values (outputs, or the arguments that re-run
   // it). False for every node of a trace captured without saved values, and in a trace
   // with them for the ops that selective saving left out or that ran after the memory
@@ -237,6 +250,14 @@ struct Op {
     return false;
   }
 };
+
+// The source naming output `output_index` of `ops[node]`, by position and by label; a
+// position outside `ops` names no node (-1, no name).
+ArgSource NodeSource(const std::vector<Op>& ops, int32_t node, int output_index);
+
+// The node `source` names among `ops` (a trace's, or a copy of them in the same order),
+// or null when it names none.
+const Op* SourceNode(const std::vector<Op>& ops, const ArgSource& source);
 
 // The value a reader of output `output_index` of `op` sees: `op.outs[k]` for k >= 0 (or
 // `op.out` when `outs` is empty), `op.alias_writes[k].value` for -(k + 1). Undefined when
@@ -309,9 +330,9 @@ struct TraceParts {
   CaptureStats stats;
   // Empty for a complete trace; otherwise why it is partial (see Trace::partial).
   std::string partial_reason;
-  // Whether every op's `children`, `parent_indices` and `child_indices` are already filled
-  // in (the trace builder does it while labelling; forks copy them); otherwise Assemble
-  // computes them from the parents' labels.
+  // Whether every op's `children`, `parent_indices`, `child_indices` and the `node` of its
+  // argument sources are already filled in (the trace builder does it while labelling;
+  // forks copy them); otherwise Assemble computes them from the labels.
   bool children_linked = false;
   // Gradients as they are now (NOTE [Gradients in a trace] in graph/gradients.h): the ops
   // autograd ran, in execution order, and the parameters' gradients by address.
@@ -377,7 +398,8 @@ class Trace {
   int IndexOfLabel(absl::string_view label) const;
 
   // Assembles a trace from its parts (used by the trace-file loader and intervention
-  // forks). Computes children, buffer projections and lookup indexes.
+  // forks). Computes children, buffer projections, lookup indexes and each op's
+  // `is_buffer` (from its `kind`).
   static Trace Assemble(TraceParts parts);
   // A trace whose graph (ops, buffers, diagnostics, partial reason) `build` makes when an
   // accessor first needs it (NOTE [Graphs built on first use]); the rest is taken from

@@ -13,7 +13,6 @@ Op& TraceBuilder::Add(OpKind kind, const std::string& type, const std::string& l
   op.kind = kind;
   op.type = type;
   op.label = label;
-  op.is_buffer = kind == OpKind::kBufferVersion;
   return op;
 }
 

@@ -403,7 +403,7 @@ absl::StatusOr<Trace> TraceFileWriter::WithPlaceholders(const Trace& trace) {
   std::vector<Op>& ops = parts.ops;
   auto source_value = [&](const ArgSource& source) -> at::Tensor {
     if (source.kind != ArgSource::Kind::kNode) return at::Tensor();
-    const int producer = trace.IndexOfLabel(source.name);
+    const int producer = source.node;
     return producer < 0 ? at::Tensor() : Placeholder(producer, source.output_index);
   };
   for (size_t i = 0; i < ops.size(); ++i) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "validation/corner_replay.h"
+#include "validation/op_arguments.h"
 #include "validation/perturbed_tensors.h"
 #include "validation/replay.h"
 #include "validation/values.h"
@@ -18,8 +19,7 @@ std::vector<ReplayCall> ValidationFloorCalls(const Trace& trace) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(1);
   for (const Op& op : trace.ops()) {
     if (!op.is_compute() || !op.saved()) continue;
-    calls.push_back(
-        {&op, ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& t) { return t; })});
+    calls.push_back({&op, CapturedArguments(op)});
     const std::vector<std::vector<int>> perturbed_tensors = PerturbedTensorsByParent(op);
     const std::optional<Corner> corner = FindCorner(op);
     for (const std::vector<int>& indexes : perturbed_tensors) {

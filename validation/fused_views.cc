@@ -8,7 +8,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "graph/label.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/inplace_view.h"
@@ -29,12 +28,12 @@ constexpr int kMaxAliasWriteChain = 64;
 
 // The tensor output `output` of `node` names as a view: for an alias write's value
 // (output < 0), the tensor it changed, which is the one its `before` names.
-std::pair<const Op*, int> ViewNamed(const Op* node, int output, const NodeLookup& lookup) {
+std::pair<const Op*, int> ViewNamed(const Op* node, int output, const std::vector<Op>& nodes) {
   for (int depth = 0; node != nullptr && output < 0 && depth <= kMaxAliasWriteChain; ++depth) {
     const size_t k = static_cast<size_t>(-(output + 1));
     if (k >= node->alias_writes.size()) return {nullptr, 0};
     const ArgSource& before = node->alias_writes[k].before;
-    node = before.kind == ArgSource::Kind::kNode ? lookup(before.name) : nullptr;
+    node = SourceNode(nodes, before);
     output = before.output_index;
   }
   return {output < 0 ? nullptr : node, output};
@@ -90,14 +89,14 @@ ViewSource SourceOfView(const Op& node, int output) {
 
 // The buffer version a view was made of: up the tensors each step names (and through alias
 // writes' values to the tensors they changed) to the first buffer version, or null.
-const Op* RootVersion(const Op* node, int output, const NodeLookup& lookup) {
+const Op* RootVersion(const Op* node, int output, const std::vector<Op>& nodes) {
   for (int depth = 0; depth <= kMaxViewChain; ++depth) {
-    std::tie(node, output) = ViewNamed(node, output, lookup);
-    if (node == nullptr || node->is_buffer) return node;
+    std::tie(node, output) = ViewNamed(node, output, nodes);
+    if (node == nullptr || node->is_buffer_version()) return node;
     const ViewSource step = SourceOfView(*node, output);
     if (step.source == nullptr) return nullptr;
     output = step.source->output_index;
-    node = lookup(step.source->name);
+    node = SourceNode(nodes, *step.source);
   }
   return nullptr;
 }
@@ -106,23 +105,27 @@ const Op* RootVersion(const Op* node, int output, const NodeLookup& lookup) {
 // before the version `op` made. Views made of an earlier version see every in-place write
 // since, unless the buffer was reassigned in between, when the views are of a tensor the
 // buffer no longer is (null). `root` itself when `op` made no later version of it.
-const Op* VersionBeforeWrite(const Op& op, const Op& root, const NodeLookup& lookup) {
-  for (const std::string& child : op.children) {
-    const Op* written = lookup(child);
-    if (written == nullptr || !written->is_buffer || written->address != root.address ||
+const Op* VersionBeforeWrite(const Op& op, const Op& root, const std::vector<Op>& nodes) {
+  for (int32_t child : op.child_indices) {
+    const Op* written =
+        child >= 0 && static_cast<size_t>(child) < nodes.size() ? &nodes[child] : nullptr;
+    if (written == nullptr || !written->is_buffer_version() || written->address != root.address ||
         written->buffer_pass <= root.buffer_pass) {
       continue;
     }
-    absl::StatusOr<ParsedKey> key = ParseKey(written->label);
-    if (!key.ok()) return nullptr;
+    // Every version in between must be there, none a reassignment.
     const Op* before = &root;
-    for (int pass = root.buffer_pass + 1; pass < written->buffer_pass; ++pass) {
-      before = lookup(PassLabel(key->base, pass));
-      if (before == nullptr || !before->is_buffer || before->address != root.address ||
-          before->buffer_write_kind == WriteKind::kReassign) {
-        return nullptr;
+    int between = 0;
+    for (const Op& version : nodes) {
+      if (!version.is_buffer_version() || version.address != root.address ||
+          version.buffer_pass <= root.buffer_pass || version.buffer_pass >= written->buffer_pass) {
+        continue;
       }
+      if (version.buffer_write_kind == WriteKind::kReassign) return nullptr;
+      ++between;
+      if (version.buffer_pass == written->buffer_pass - 1) before = &version;
     }
+    if (between != written->buffer_pass - root.buffer_pass - 1) return nullptr;
     return before;
   }
   return &root;
@@ -133,12 +136,13 @@ const Op* VersionBeforeWrite(const Op& op, const Op& root, const NodeLookup& loo
 // names; an op that returns an argument it wrote is not re-run (`base` holds its write).
 // An error unless every step is a view of `base`. See NOTE [Fused writes through views].
 absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::string& address,
-                                      const at::Tensor& base, const NodeLookup& lookup, int depth) {
-  std::tie(view, output) = ViewNamed(view, output, lookup);
+                                      const at::Tensor& base, const std::vector<Op>& nodes,
+                                      int depth) {
+  std::tie(view, output) = ViewNamed(view, output, nodes);
   if (view == nullptr || depth > kMaxViewChain) {
     return absl::FailedPreconditionError("not a chain of views of a buffer");
   }
-  if (view->is_buffer) {
+  if (view->is_buffer_version()) {
     if (view->address == address) return base;
     return absl::FailedPreconditionError(absl::StrCat(view->label, " is another buffer"));
   }
@@ -147,7 +151,7 @@ absl::StatusOr<at::Tensor> RemadeView(const Op* view, int output, const std::str
     return absl::FailedPreconditionError(absl::StrCat(view->label, " is not a view"));
   }
   absl::StatusOr<at::Tensor> parent_view = RemadeView(
-      lookup(step.source->name), step.source->output_index, address, base, lookup, depth + 1);
+      SourceNode(nodes, *step.source), step.source->output_index, address, base, nodes, depth + 1);
   if (!parent_view.ok() || step.same_tensor) return parent_view;
   // An in-place view op changes the geometry of the tensor it is given: an alias of the
   // parent view, made for the call.
@@ -177,11 +181,10 @@ const at::Tensor* FusedWriteRedone::After(const std::string& address) const {
 }
 
 absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
-                                                            const NodeLookup& lookup) {
+                                                            const std::vector<Op>& nodes) {
   // See NOTE [Fused writes through views].
   const FusedMutator* fused = FindFusedMutator(op.func_name);
-  std::vector<c10::IValue> args =
-      ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& saved) { return saved; });
+  std::vector<c10::IValue> args = CapturedArguments(op);
   if (fused == nullptr || !UpdatesState(*fused, args)) {
     return absl::FailedPreconditionError(
         absl::StrCat(op.label, " is not a fused mutator updating its state"));
@@ -198,8 +201,8 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
   }
   if (std::none_of(states.begin(), states.end(), [&](int tensor_index) {
         const ArgSource& source = op.arg_sources[tensor_index];
-        const Op* state = source.kind == ArgSource::Kind::kNode ? lookup(source.name) : nullptr;
-        return state != nullptr && !state->is_buffer;
+        const Op* state = SourceNode(nodes, source);
+        return state != nullptr && !state->is_buffer_version();
       })) {
     // Every state argument is a buffer itself: NOTE [Fused buffer writes] checks those
     // with the op's own replay, and redoing it here would run the kernel twice more.
@@ -215,9 +218,9 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
       return absl::FailedPreconditionError(
           absl::StrCat(op.label, "'s state argument ", tensor_index, " is not a buffer's view"));
     }
-    const Op* state = lookup(source.name);
-    const Op* made_of = RootVersion(state, source.output_index, lookup);
-    const Op* root = made_of == nullptr ? nullptr : VersionBeforeWrite(op, *made_of, lookup);
+    const Op* state = SourceNode(nodes, source);
+    const Op* made_of = RootVersion(state, source.output_index, nodes);
+    const Op* root = made_of == nullptr ? nullptr : VersionBeforeWrite(op, *made_of, nodes);
     if (root == nullptr || !root->out.defined()) {
       return absl::FailedPreconditionError(
           absl::StrCat(op.label, "'s state argument ", tensor_index, " is not a buffer's view"));
@@ -228,7 +231,7 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
       copy = &redone.buffers.back().second;
     }
     absl::StatusOr<at::Tensor> view =
-        RemadeView(state, source.output_index, root->address, *copy, lookup, 0);
+        RemadeView(state, source.output_index, root->address, *copy, nodes, 0);
     if (!view.ok()) return view.status();
     views.emplace_back(tensor_index, *std::move(view));
   }
@@ -257,17 +260,33 @@ absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
 
 absl::StatusOr<at::Tensor> ViewAfterFusedWrite(const Op& view, int output,
                                                const FusedWriteRedone& redone,
-                                               const NodeLookup& lookup) {
+                                               const std::vector<Op>& nodes) {
   c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
-  const Op* root = RootVersion(&view, output, lookup);
+  const Op* root = RootVersion(&view, output, nodes);
   const at::Tensor* copy = root == nullptr ? nullptr : redone.After(root->address);
   if (copy == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(view.label, " is not a view of a buffer the call wrote"));
   }
-  absl::StatusOr<at::Tensor> remade = RemadeView(&view, output, root->address, *copy, lookup, 0);
+  absl::StatusOr<at::Tensor> remade = RemadeView(&view, output, root->address, *copy, nodes, 0);
   if (!remade.ok()) return remade.status();
   return remade->clone();
+}
+
+absl::StatusOr<at::Tensor> RedoAliasWrite(
+    const Op& op, const AliasWrite& write, std::vector<c10::IValue> args, const at::Tensor* before,
+    const std::vector<Op>& nodes, absl::FunctionRef<const FusedWriteRedone*()> through_views) {
+  absl::StatusOr<at::Tensor> after =
+      before != nullptr ? ReplayAliasWrite(op, write, std::move(args), *before)
+                        : absl::FailedPreconditionError(
+                              absl::StrCat(op.label, ": no earlier value to redo the write on"));
+  if (after.ok() || write.written_tensor >= 0) return after;
+  const Op* view = SourceNode(nodes, write.before);
+  if (view == nullptr) return after;
+  // See NOTE [Fused writes through views].
+  const FusedWriteRedone* redone = through_views();
+  if (redone == nullptr) return after;
+  return ViewAfterFusedWrite(*view, write.before.output_index, *redone, nodes);
 }
 
 }  // namespace torchlens

@@ -1,15 +1,16 @@
 // Redoing a fused mutator's write through views of buffers (NOTE [Fused writes through
-// views]), for validation and interventions.
+// views]), and with it any write through an alias (NOTE [Writes through aliases] in
+// validation/replay.h), for validation and interventions.
 #ifndef TORCHLENS_VALIDATION_FUSED_VIEWS_H_
 #define TORCHLENS_VALIDATION_FUSED_VIEWS_H_
 
 #include <ATen/core/Tensor.h>
 
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/trace.h"
@@ -31,7 +32,9 @@ namespace torchlens {
 // the view it wrote, not re-run, the copy holding its write), and the op runs on those
 // views, so that its writes land in the copies. The copies are then the buffers after the
 // call, and every view of them the op changed is the same view of its copy.
-using NodeLookup = std::function<const Op*(absl::string_view label)>;
+//
+// `nodes` below are the ops of the trace `op` belongs to, or of a fork of it: the ones its
+// argument sources index (ArgSource::node).
 struct FusedWriteRedone {
   // Each buffer version the state arguments were views of (or were), with a copy of it
   // after the call.
@@ -42,13 +45,23 @@ struct FusedWriteRedone {
 // kFailedPrecondition when `op` is not an updating fused mutator whose state arguments
 // are all buffer versions or views of them, at least one a view (plain batch norms are
 // checked by NOTE [Fused buffer writes] without a second run); otherwise as ReplayOp.
-absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op, const NodeLookup& lookup);
+absl::StatusOr<FusedWriteRedone> RedoFusedWriteThroughViews(const Op& op,
+                                                            const std::vector<Op>& nodes);
 // Output `output` of node `view` (a view of one of `redone`'s buffers; for output < 0, the
 // tensor that alias write changed) as it is after the call: the same view made of the
 // buffer's copy, copied.
 absl::StatusOr<at::Tensor> ViewAfterFusedWrite(const Op& view, int output,
                                                const FusedWriteRedone& redone,
-                                               const NodeLookup& lookup);
+                                               const std::vector<Op>& nodes);
+
+// The tensor alias write `write` of `op` changed, as it is after a call on `args`: the
+// write redone on `before`, its value before the call (ReplayAliasWrite); when that cannot
+// be (or `before` is null) and the write is no argument's, the view of a buffer a fused
+// mutator wrote through, from `through_views` (RedoFusedWriteThroughViews, asked only
+// then; null when there is none).
+absl::StatusOr<at::Tensor> RedoAliasWrite(
+    const Op& op, const AliasWrite& write, std::vector<c10::IValue> args, const at::Tensor* before,
+    const std::vector<Op>& nodes, absl::FunctionRef<const FusedWriteRedone*()> through_views);
 
 }  // namespace torchlens
 

@@ -29,19 +29,6 @@ std::string Describe(const at::Tensor& t) {
                       c10::toString(t.scalar_type()));
 }
 
-std::vector<c10::IValue> CapturedArguments(const Op& op) {
-  return ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& value) { return value; });
-}
-
-// Whether two runs of an op returned the same non-tensor values.
-bool SameNonTensorReturns(const ReplayResult& a, const ReplayResult& b) {
-  if (a.returns.size() != b.returns.size()) return false;
-  for (size_t i = 0; i < a.returns.size(); ++i) {
-    if (!ContainsTensor(a.returns[i]) && !(a.returns[i] == b.returns[i])) return false;
-  }
-  return true;
-}
-
 bool HasNonTensorReturn(const ReplayResult& result) {
   for (const c10::IValue& value : result.returns) {
     if (!ContainsTensor(value) && !value.isNone()) return true;
@@ -53,7 +40,7 @@ bool HasNonTensorReturn(const ReplayResult& result) {
 class Intervention {
  public:
   Intervention(const Trace& trace, DoOptions options)
-      : trace_(trace), original_(trace.ops()), parts_(trace.Parts()), options_(options) {
+      : original_(trace.ops()), parts_(trace.Parts()), options_(options) {
     changed_.assign(original_.size(), false);
   }
 
@@ -101,7 +88,7 @@ class Intervention {
     const size_t given = edited_.size();
     for (size_t e = 0; e < given; ++e) {
       const Op& op = original_[edited_[e].index];
-      if (!op.is_buffer) continue;
+      if (!op.is_buffer_version()) continue;
       if (absl::Status status = EditBuffersOnItsStorage(op, edited_[e].value, trace, &seen);
           !status.ok()) {
         return status;
@@ -199,8 +186,7 @@ class Intervention {
         });
         if (edited) continue;
         for (const ArgSource& source : original_[j].arg_sources) {
-          if (source.kind == ArgSource::Kind::kNode && source.name == base->name &&
-              source.output_index == base->output_index) {
+          if (SameSource(source, *base)) {
             readers.push_back(original_[j].label);
             break;
           }
@@ -234,7 +220,7 @@ class Intervention {
       if (op.outs.empty() || edit.output == 0) op.out = edit.value;
       if (!op.outs.empty()) op.outs.mutable_at(edit.output) = edit.value;
       changed_[edit.index] = true;
-      if (op.is_buffer && !op.buffer_write_kind.has_value()) {
+      if (op.is_buffer_version() && !op.buffer_write_kind.has_value()) {
         parts_.buffers[op.address].initial_value = edit.value;  // the edited world's start
       }
     }
@@ -243,9 +229,9 @@ class Intervention {
       Op& op = ops[i];
       if (op.is_input() || op.is_constant()) continue;
       changed_[i] = true;
-      absl::Status status = op.is_output() ? Output(op)
-                            : op.is_buffer ? BufferVersion(i, op)
-                                           : Compute(i, op);
+      absl::Status status = op.is_output()           ? Output(op)
+                            : op.is_buffer_version() ? BufferVersion(i, op)
+                                                     : Compute(i, op);
       if (!status.ok()) return status;
     }
     parts_.children_linked = true;
@@ -267,14 +253,11 @@ class Intervention {
     return false;
   }
 
-  int IndexOf(absl::string_view label) const { return trace_.IndexOfLabel(label); }
-
   // The fork's value of a source (the captured one when it is outside the cone).
   at::Tensor ForkValue(const ArgSource& source, const at::Tensor& captured) const {
-    if (source.kind != ArgSource::Kind::kNode) return captured;
-    const int index = IndexOf(source.name);
-    if (index < 0 || !changed_[index]) return captured;
-    return OutputValue(parts_.ops[index], source.output_index);
+    const Op* node = SourceNode(original_, source);
+    if (node == nullptr || !changed_[source.node]) return captured;
+    return OutputValue(parts_.ops[source.node], source.output_index);
   }
 
   absl::Status Gap(DiagnosticKind kind, const std::string& label, std::string message) {
@@ -373,7 +356,7 @@ class Intervention {
     auto redone_through_views = [&]() -> const std::optional<FusedWriteRedone>& {
       if (through_views.has_value()) return *through_views;
       through_views.emplace();
-      absl::StatusOr<FusedWriteRedone> reference = RedoFusedWriteThroughViews(captured, Original());
+      absl::StatusOr<FusedWriteRedone> reference = RedoFusedWriteThroughViews(captured, original_);
       if (!reference.ok()) return *through_views;
       std::vector<int> versions;
       for (const auto& [before, after] : reference->buffers) {
@@ -382,13 +365,13 @@ class Intervention {
         versions.push_back(version);
       }
       for (const AliasWrite& write : captured.alias_writes) {
-        const Op* view = write.written_tensor < 0 ? Original()(write.before.name) : nullptr;
+        const Op* view = write.written_tensor < 0 ? SourceNode(original_, write.before) : nullptr;
         if (view == nullptr) continue;
         absl::StatusOr<at::Tensor> after =
-            ViewAfterFusedWrite(*view, write.before.output_index, *reference, Original());
+            ViewAfterFusedWrite(*view, write.before.output_index, *reference, original_);
         if (!after.ok() || !BitIdentical(*after, write.value)) return *through_views;
       }
-      absl::StatusOr<FusedWriteRedone> fork = RedoFusedWriteThroughViews(op, Fork());
+      absl::StatusOr<FusedWriteRedone> fork = RedoFusedWriteThroughViews(op, parts_.ops);
       if (fork.ok() && fork->buffers.size() == versions.size()) {
         for (size_t b = 0; b < versions.size(); ++b) {
           fused_after_[versions[b]] = fork->buffers[b].second;
@@ -410,15 +393,16 @@ class Intervention {
             captured, captured_write, CapturedArguments(captured), *captured_before);
         certified = redone.ok() && BitIdentical(*redone, captured_write.value);
       }
+      // Redone on the fork's earlier value when redoing it on the captured one gave the
+      // captured value; else, for a fused mutator's write, through views when the captured
+      // call redone so gave every captured value (redone_through_views).
+      const at::Tensor fork_before =
+          certified ? ForkValue(write.before, *captured_before) : at::Tensor();
       absl::StatusOr<at::Tensor> after =
-          certified ? ReplayAliasWrite(op, write, args, ForkValue(write.before, *captured_before))
-                    : absl::StatusOr<at::Tensor>(absl::FailedPreconditionError("not certified"));
-      const Op* fork_view = Fork()(write.before.name);
-      if (!certified && captured_write.written_tensor < 0 && fork_view != nullptr &&
-          redone_through_views().has_value()) {
-        after = ViewAfterFusedWrite(*fork_view, write.before.output_index, *redone_through_views(),
-                                    Fork());
-      }
+          RedoAliasWrite(op, write, args, certified ? &fork_before : nullptr, parts_.ops, [&] {
+            const std::optional<FusedWriteRedone>& redone = redone_through_views();
+            return redone.has_value() ? &*redone : nullptr;
+          });
       if (after.ok()) {
         write.value = *after;
         alias_certified_.insert({static_cast<int>(i), output});
@@ -464,16 +448,16 @@ class Intervention {
   }
 
   const at::Tensor* CapturedValue(const ArgSource& source) const {
-    const int index = IndexOf(source.name);
-    if (source.kind != ArgSource::Kind::kNode || index < 0) return nullptr;
-    return &OutputValue(original_[index], source.output_index);
+    const Op* node = SourceNode(original_, source);
+    return node == nullptr ? nullptr : &OutputValue(*node, source.output_index);
   }
 
   // Whether output `output` of `op` is the value of a buffer version (whose gap, if any,
   // is reported there).
   bool WritesBuffer(const Op& op, int output) const {
     for (int32_t index : op.child_indices) {
-      if (index >= 0 && original_[index].is_buffer && !original_[index].arg_sources.empty() &&
+      if (index >= 0 && original_[index].is_buffer_version() &&
+          !original_[index].arg_sources.empty() &&
           original_[index].arg_sources[0].output_index == output) {
         return true;
       }
@@ -481,24 +465,11 @@ class Intervention {
     return false;
   }
 
-  // Node lookups by label in the captured trace and in the fork being built.
-  NodeLookup Original() const {
-    return [this](absl::string_view label) -> const Op* {
-      const int index = IndexOf(label);
-      return index < 0 ? nullptr : &original_[index];
-    };
-  }
-  NodeLookup Fork() const {
-    return [this](absl::string_view label) -> const Op* {
-      const int index = IndexOf(label);
-      return index < 0 ? nullptr : &parts_.ops[index];
-    };
-  }
-
   // The kFused version of buffer `address` that `op` wrote, or -1.
   int FusedVersionOf(const Op& op, const std::string& address) const {
     for (int32_t child : op.child_indices) {
-      if (child >= 0 && original_[child].is_buffer && original_[child].address == address &&
+      if (child >= 0 && original_[child].is_buffer_version() &&
+          original_[child].address == address &&
           original_[child].buffer_write_kind == WriteKind::kFused) {
         return child;
       }
@@ -508,15 +479,10 @@ class Intervention {
 
   // The kFused version node of the buffer that state argument `argument` of `op` held.
   int FusedVersion(const Op& op, int argument) const {
-    const FusedStateVersions versions =
-        FindFusedStateVersions(op, argument, [this](absl::string_view label) -> const Op* {
-          const int index = IndexOf(label);
-          return index < 0 ? nullptr : &original_[index];
-        });
+    const FusedStateVersions versions = FindFusedStateVersions(op, argument, original_);
     return versions.written == nullptr ? -1 : static_cast<int>(versions.written - original_.data());
   }
 
-  const Trace& trace_;
   const std::vector<Op>& original_;
   TraceParts parts_;
   DoOptions options_;

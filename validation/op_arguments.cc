@@ -62,6 +62,10 @@ std::vector<c10::IValue> ReplayArguments(const Op& op, ArgumentValue value) {
   return args;
 }
 
+std::vector<c10::IValue> CapturedArguments(const Op& op) {
+  return ReplayArguments(op, [](int, const ArgSource&, const at::Tensor& saved) { return saved; });
+}
+
 absl::Status RequireSavedValues(const Trace& trace, absl::string_view purpose) {
   if (trace.has_saved_values()) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -106,18 +110,20 @@ std::vector<int> OutTensors(const Op& op) {
 }
 
 FusedStateVersions FindFusedStateVersions(const Op& op, int argument,
-                                          const std::function<const Op*(absl::string_view)>& node) {
+                                          const std::vector<Op>& nodes) {
   FusedStateVersions versions;
   const std::vector<int> first = FirstTensorOfArguments(op);
   const int tensor_index =
       argument >= 0 && argument < static_cast<int>(first.size()) ? first[argument] : -1;
   if (tensor_index < 0 || tensor_index >= static_cast<int>(op.arg_sources.size())) return versions;
-  const Op* previous = node(op.arg_sources[tensor_index].name);
-  if (previous == nullptr || !previous->is_buffer) return versions;
+  const Op* previous = SourceNode(nodes, op.arg_sources[tensor_index]);
+  if (previous == nullptr || !previous->is_buffer_version()) return versions;
   versions.previous = previous;
-  for (const std::string& child : op.children) {
-    const Op* candidate = node(child);
-    if (candidate != nullptr && candidate->is_buffer && candidate->address == previous->address &&
+  for (int32_t child : op.child_indices) {
+    const Op* candidate =
+        child >= 0 && static_cast<size_t>(child) < nodes.size() ? &nodes[child] : nullptr;
+    if (candidate != nullptr && candidate->is_buffer_version() &&
+        candidate->address == previous->address &&
         candidate->buffer_write_kind == WriteKind::kFused) {
       versions.written = candidate;
     }

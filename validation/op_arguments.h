@@ -31,8 +31,14 @@ using ArgumentValue =
 // `op.creation_args` with each tensor replaced by `value(...)`.
 std::vector<c10::IValue> ReplayArguments(const Op& op, ArgumentValue value);
 
-// `op.creation_args` with each tensor replaced by `value(...)`.
-std::vector<c10::IValue> ReplayArguments(const Op& op, ArgumentValue value);
+// `op.creation_args`, as the op tables (torchlens_dispatch/ops/exemptions.h) read them.
+inline c10::ArrayRef<c10::IValue> ArgumentsOf(const Op& op) {
+  return c10::ArrayRef<c10::IValue>(op.creation_args.data(), op.creation_args.size());
+}
+
+// `op.creation_args` as the capture saved them, in containers of their own (a replay may
+// change a list it is given).
+std::vector<c10::IValue> CapturedArguments(const Op& op);
 
 // Whether the op consumes randomness (tagged nondeterministic_seeded or takes a Generator).
 bool ConsumesRandomness(const Op& op);
@@ -69,13 +75,12 @@ std::vector<int> OutTensors(const Op& op);
 // The buffer versions around a fused write (NOTE [Fused buffer writes]): for state
 // argument `argument` of `op`, the version the call read (`previous`, null when the
 // argument is not a registered buffer) and the kFused version it wrote (`written`, null
-// when the trace has none). `node` finds a node of the trace by label.
+// when the trace has none). `nodes` are the ops of `op`'s trace (or of a fork of it).
 struct FusedStateVersions {
   const Op* previous = nullptr;
   const Op* written = nullptr;
 };
-FusedStateVersions FindFusedStateVersions(const Op& op, int argument,
-                                          const std::function<const Op*(absl::string_view)>& node);
+FusedStateVersions FindFusedStateVersions(const Op& op, int argument, const std::vector<Op>& nodes);
 
 // The tensor at `index` (ForEachTensor order) of `args`, or an undefined tensor.
 at::Tensor TensorArgument(const std::vector<c10::IValue>& args, int index);

@@ -32,9 +32,9 @@ std::vector<std::vector<int>> PerturbedTensorsByParent(const Op& op) {
   for (size_t p = 0; p < op.parents.size(); ++p) {
     for (int i = 0; i < static_cast<int>(op.arg_sources.size()); ++i) {
       const ArgSource& source = op.arg_sources[i];
-      if (source.kind == ArgSource::Kind::kNode && source.name == op.parents[p] &&
-          !ShapeOnly(op.func_name, op.overload_name, i) && !UncheckedIndex(op.func_name, i) &&
-          !unperturbed.contains(i)) {
+      if (source.kind == ArgSource::Kind::kNode && source.node >= 0 &&
+          source.node == op.parent_indices[p] && !ShapeOnly(op.func_name, op.overload_name, i) &&
+          !UncheckedIndex(op.func_name, i) && !unperturbed.contains(i)) {
         by_parent[p].push_back(i);
       }
     }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "graph/label.h"
+#include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
@@ -314,6 +315,22 @@ absl::StatusOr<at::Tensor> ReplayAliasWrite(const Op& op, const AliasWrite& writ
   absl::StatusOr<ReplayResult> result = ReplayOp(op, std::move(args), {write.written_tensor});
   if (!result.ok()) return result.status();
   return aliased_place.clone();
+}
+
+bool SameNonTensorReturns(const ReplayResult& a, const ReplayResult& b) {
+  if (a.returns.size() != b.returns.size()) return false;
+  for (size_t i = 0; i < a.returns.size(); ++i) {
+    if (!ContainsTensor(a.returns[i]) && !(a.returns[i] == b.returns[i])) return false;
+  }
+  return true;
+}
+
+bool SameReturns(const ReplayResult& a, const ReplayResult& b) {
+  if (a.outputs.size() != b.outputs.size()) return false;
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    if (!BitIdentical(a.outputs[i], b.outputs[i])) return false;
+  }
+  return SameNonTensorReturns(a, b);
 }
 
 }  // namespace torchlens

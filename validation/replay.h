@@ -52,6 +52,13 @@ struct ReplayResult {
   std::vector<std::pair<int, at::Tensor>> state_after;
 };
 
+// Whether two runs of an op returned the same non-tensor values (the Scalar of `item`, the
+// bool of `equal`), by value.
+bool SameNonTensorReturns(const ReplayResult& a, const ReplayResult& b);
+// Whether two runs of an op returned the same: tensors bit for bit, other values as
+// SameNonTensorReturns.
+bool SameReturns(const ReplayResult& a, const ReplayResult& b);
+
 // Runs `op` on `args`. kFailedPrecondition when the trace holds no saved arguments;
 // kNotFound when the operator is not registered in this process; kInternal with the
 // op's message when it throws; kFailedPrecondition when the op consumes randomness and

@@ -46,14 +46,16 @@
 namespace torchlens {
 namespace {
 
-// A value whose gradient the trace holds: output `output` of the node labelled `name`, or
-// the parameter at `name`.
+// A value whose gradient the trace holds: output `output` of node `node` (labelled `name`),
+// or the parameter at `name`.
 struct Key {
   std::string name;
+  int32_t node = -1;
   int output = 0;
   bool param = false;
   bool operator<(const Key& other) const {
-    return std::tie(param, name, output) < std::tie(other.param, other.name, other.output);
+    return std::tie(param, node, name, output) <
+           std::tie(other.param, other.node, other.name, other.output);
   }
 };
 
@@ -104,7 +106,7 @@ class GradientValidator {
       if (!op.is_output() || op.arg_sources.empty()) continue;
       const ArgSource& source = op.arg_sources[0];
       if (source.kind == ArgSource::Kind::kNode) {
-        read_outside_.insert(Canonical(Key{source.name, source.output_index}));
+        read_outside_.insert(Canonical(Key{source.name, source.node, source.output_index}));
       }
     }
     for (size_t i = 0; i < trace_.ops().size(); ++i) Rerun(static_cast<int>(i));
@@ -121,15 +123,15 @@ class GradientValidator {
   // output that made it.
   Key Canonical(Key key) const {
     for (int hops = 0; !key.param && hops < 64; ++hops) {
-      const int index = trace_.IndexOfLabel(key.name);
-      if (index < 0) break;
-      const Op& op = trace_.ops()[index];
-      const bool follows = op.is_output() || (op.is_buffer && op.buffer_write_kind.has_value() &&
-                                              *op.buffer_write_kind != WriteKind::kFused);
+      if (key.node < 0) break;
+      const Op& op = trace_.ops()[key.node];
+      const bool follows =
+          op.is_output() || (op.is_buffer_version() && op.buffer_write_kind.has_value() &&
+                             *op.buffer_write_kind != WriteKind::kFused);
       if (!follows || op.arg_sources.empty()) break;
       const ArgSource& source = op.arg_sources[0];
       if (source.kind != ArgSource::Kind::kNode || source.output_index < 0) break;
-      key = Key{source.name, source.output_index};
+      key = Key{source.name, source.node, source.output_index};
     }
     return key;
   }
@@ -140,8 +142,7 @@ class GradientValidator {
       auto it = trace_.param_grads().find(key.name);
       return it == trace_.param_grads().end() ? *kNone : it->second;
     }
-    const int index = trace_.IndexOfLabel(key.name);
-    return index < 0 ? *kNone : GradOf(trace_.ops()[index], key.output);
+    return key.node < 0 ? *kNone : GradOf(trace_.ops()[key.node], key.output);
   }
 
   // When reader `reader`'s backward gave `key` its contribution.
@@ -174,9 +175,9 @@ class GradientValidator {
           if (!saved.defined() || !(saved.is_floating_point() || saved.is_complex())) return saved;
           Key key;
           if (source.kind == ArgSource::Kind::kNode) {
-            key = Canonical(Key{source.name, source.output_index});
+            key = Canonical(Key{source.name, source.node, source.output_index});
           } else if (source.kind == ArgSource::Kind::kParam) {
-            key = Key{source.name, 0, /*param=*/true};
+            key = Key{source.name, -1, 0, /*param=*/true};
           } else {
             return saved;
           }

@@ -80,7 +80,7 @@ TEST(PerturbationTest, RandomOnesDrawFromTheGivenGenerator) {
 }
 
 // Every perturbation of a legitimate value is built without converting an element to a
-// double (NOTE [Checks that throw] in validation/validate.cc): complex values, half
+// double (NOTE [Checks that throw] in validation/op_checks.cc): complex values, half
 // precision, infinities and NaN, int64 beyond 2^53 and at its limits, bools, unsigned bytes.
 TEST(PerturbationTest, EveryAttemptWorksForEveryDtype) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(3);

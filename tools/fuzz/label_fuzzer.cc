@@ -17,7 +17,7 @@ const torchlens::Trace& SmallTrace() {
       op.label = label;
       op.type = std::string(label).substr(0, std::string(label).find('_'));
       if (op.type == "buffer") {
-        op.is_buffer = true;
+        op.kind = torchlens::OpKind::kBufferVersion;
         op.address = "bn.running_mean";
         op.buffer_pass = label[9] - '0';
       }

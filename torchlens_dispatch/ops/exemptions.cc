@@ -328,7 +328,7 @@ bool ShapeOnly(absl::string_view op, absl::string_view overload, int tensor_inde
 }
 
 // The exemptions' checks convert and compare saved values that may be of any dtype; one
-// that throws on a value exempts nothing (NOTE [Checks that throw] in validation/validate.cc).
+// that throws on a value exempts nothing (NOTE [Checks that throw] in validation/op_checks.cc).
 static bool ZeroedByAnotherArgumentOrThrow(absl::string_view op,
                                            const std::vector<at::Tensor>& saved,
                                            const std::vector<int>& parent_indexes) {

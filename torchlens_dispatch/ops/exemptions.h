@@ -1,6 +1,6 @@
 // What torchlens' validation knows about operators' arguments: which ones cannot change
-// an op's output, and which an op only decides on. validation/validate.cc asks these when
-// it perturbs a parent (README "Validation" lists them). Arguments are named by their
+// an op's output, and which an op only decides on. validation/perturbation_check.cc asks
+// these when it perturbs a parent (README "Validation" lists them). Arguments are named by their
 // tensor index: the position among the op's tensor arguments in ForEachTensor order
 // (ivalue_tensors.h).
 //
