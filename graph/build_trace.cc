@@ -59,7 +59,6 @@ class GraphBuilder {
   // Buffer numbers in order of first appearance; versions counted per buffer.
   std::vector<int> buffer_number_;
   std::vector<int> buffer_versions_;
-  int buffers_seen_ = 0;
   // An initial read recorded after a write of its buffer is still its version 1, and the
   // writes follow it (CaptureRecord::late_initial_reads).
   std::vector<char> has_initial_read_;
@@ -68,17 +67,28 @@ class GraphBuilder {
   LayerNumbering numbering_;
   std::vector<std::string> operator_types_;
   std::vector<int32_t> operator_type_ids_;
-  int inputs_ = 0;
-  int outputs_ = 0;
-  int constants_ = 0;
+  // How many nodes of each kind were labelled so far: the next one's number.
+  struct Counts {
+    int inputs = 0;
+    int outputs = 0;
+    int constants = 0;
+    int buffers = 0;
+  } counts_;
   // One owner for every op's source position (NOTE [Source positions] in
   // torchlens_dispatch/source_positions.h): each op's reference counts on this one hot
   // block instead of on its position's own, which the forward has evicted.
   std::shared_ptr<const void> positions_owner_;
   // NOTE [Vectors built in one arena] in graph/shared_vector.h: each op's replay data.
-  std::optional<SharedVectorArena<at::Tensor>> outs_arena_;
-  std::optional<SharedVectorArena<c10::IValue>> args_arena_;
-  std::optional<SharedVectorArena<ArgSource>> sources_arena_;
+  struct Arenas {
+    Arenas(size_t nodes, const CaptureRecord& record)
+        : outs(nodes, record.outputs.size()),
+          args(nodes, record.args.size()),
+          sources(nodes, record.sources.size()) {}
+    SharedVectorArena<at::Tensor> outs;
+    SharedVectorArena<c10::IValue> args;
+    SharedVectorArena<ArgSource> sources;
+  };
+  std::optional<Arenas> arenas_;
   // The node being linked's parents (Link), kept to reuse its storage.
   absl::InlinedVector<int32_t, 8> parent_indices_;
 };
@@ -112,9 +122,7 @@ GraphBuilder::GraphBuilder(CaptureRecord record)
         std::move(record_.source_position_owners));
   }
   if (replay_data_) {
-    outs_arena_.emplace(nodes.size(), record_.outputs.size());
-    args_arena_.emplace(nodes.size(), record_.args.size());
-    sources_arena_.emplace(nodes.size(), record_.sources.size());
+    arenas_.emplace(nodes.size(), record_);
   }
 }
 
@@ -162,23 +170,23 @@ void GraphBuilder::Name(const NodeRecord& node, Op& op) {
     case NodeRecord::Kind::kInput:
       op.type = "input";
       op.kind = OpKind::kInput;
-      op.label = absl::StrCat("input_", ++inputs_);
+      op.label = absl::StrCat("input_", ++counts_.inputs);
       break;
     case NodeRecord::Kind::kOutput:
       op.type = "output";
       op.kind = OpKind::kOutput;
-      op.label = absl::StrCat("output_", ++outputs_);
+      op.label = absl::StrCat("output_", ++counts_.outputs);
       break;
     case NodeRecord::Kind::kConstant:
       op.type = "constant";
       op.kind = OpKind::kConstant;
-      op.label = absl::StrCat("constant_", ++constants_);
+      op.label = absl::StrCat("constant_", ++counts_.constants);
       if (node.constant_address >= 0)
         op.address = record_.constant_addresses[node.constant_address];
       break;
     case NodeRecord::Kind::kBufferVersion: {
       const BufferRecord& buffer = record_.buffers[node.buffer];
-      if (buffer_number_[node.buffer] == 0) buffer_number_[node.buffer] = ++buffers_seen_;
+      if (buffer_number_[node.buffer] == 0) buffer_number_[node.buffer] = ++counts_.buffers;
       op.type = "buffer";
       op.kind = OpKind::kBufferVersion;
       op.address = *buffer.address;
@@ -219,7 +227,7 @@ void GraphBuilder::Name(const NodeRecord& node, Op& op) {
 }
 
 void GraphBuilder::FillOutputs(const NodeRecord& node, Op& op) {
-  if (replay_data_) op.outs = outs_arena_->Make(node.outputs_end - node.outputs_begin);
+  if (replay_data_) op.outs = arenas_->outs.Make(node.outputs_end - node.outputs_begin);
   for (int32_t i = node.outputs_begin; i < node.outputs_end; ++i) {
     const OutputRecord& output = record_.outputs[i];
     at::Tensor value = output.slot >= 0 ? record_.slots[output.slot] : at::Tensor();
@@ -275,7 +283,7 @@ void GraphBuilder::Link(size_t n, const NodeRecord& node, Op& op) {
 void GraphBuilder::FillParamsAndSources(size_t n, const NodeRecord& node, Op& op) {
   const bool keep_sources = node.kind != NodeRecord::Kind::kInput &&
                             node.kind != NodeRecord::Kind::kConstant && replay_data_;
-  if (keep_sources) op.arg_sources = sources_arena_->Make(node.sources_end - node.sources_begin);
+  if (keep_sources) op.arg_sources = arenas_->sources.Make(node.sources_end - node.sources_begin);
   int num_params = 0;
   for (int32_t s = node.sources_begin; s < node.sources_end; ++s) {
     if (record_.sources[s].kind == SourceRecord::Kind::kParam) ++num_params;
@@ -343,7 +351,7 @@ void GraphBuilder::FillSavedArguments(const NodeRecord& node, Op& op) {
     }
     return live;
   };
-  op.creation_args = args_arena_->Make(node.args_end - node.args_begin);
+  op.creation_args = arenas_->args.Make(node.args_end - node.args_begin);
   for (int32_t a = node.args_begin; a < node.args_end; ++a) {
     op.creation_args.push_back(MapTensors(record_.args[a], saved_argument));
   }
