@@ -31,17 +31,22 @@ Finiteness Of(const at::Tensor& value) {
   return result;
 }
 
-Finiteness OfOutputs(const Op& op) {
+// Whether any of an op's values holds NaN or Inf: `values` when the op has several (its
+// outputs, their gradients), else `first` alone.
+Finiteness OfAll(const at::Tensor& first, absl::Span<const at::Tensor> values) {
+  if (values.empty()) return Of(first);
   Finiteness all;
-  const std::vector<at::Tensor> single = {op.out};
-  for (const at::Tensor& value :
-       op.outs.empty() ? absl::MakeConstSpan(single) : absl::Span<const at::Tensor>(op.outs)) {
+  for (const at::Tensor& value : values) {
     const Finiteness one = Of(value);
     all.nan = all.nan || one.nan;
     all.inf = all.inf || one.inf;
   }
   return all;
 }
+
+Finiteness OfOutputs(const Op& op) { return OfAll(op.out, absl::Span<const at::Tensor>(op.outs)); }
+
+Finiteness OfGrads(const Op& op) { return OfAll(op.grad, op.grads); }
 
 }  // namespace
 
@@ -73,21 +78,6 @@ absl::StatusOr<std::optional<NonFinite>> FirstNonFinite(const Trace& trace) {
   }
   return std::optional<NonFinite>();
 }
-
-namespace {
-
-Finiteness OfGrads(const Op& op) {
-  Finiteness all;
-  const std::vector<at::Tensor> single = {op.grad};
-  for (const at::Tensor& grad : op.grads.empty() ? single : op.grads) {
-    const Finiteness one = Of(grad);
-    all.nan = all.nan || one.nan;
-    all.inf = all.inf || one.inf;
-  }
-  return all;
-}
-
-}  // namespace
 
 absl::StatusOr<std::optional<NonFiniteGradient>> FirstNonFiniteGradient(const Trace& trace) {
   if (!trace.records_gradients()) {

@@ -106,6 +106,9 @@ const Op* RootVersion(const Op* node, int output, const std::vector<Op>& nodes) 
 // since, unless the buffer was reassigned in between, when the views are of a tensor the
 // buffer no longer is (null). `root` itself when `op` made no later version of it.
 const Op* VersionBeforeWrite(const Op& op, const Op& root, const std::vector<Op>& nodes) {
+  // `root` is one of `nodes`; a buffer's versions are nodes in the order of its writes, so
+  // the versions between two of them lie between them in `nodes`.
+  const int32_t root_at = static_cast<int32_t>(&root - nodes.data());
   for (int32_t child : op.child_indices) {
     const Op* written =
         child >= 0 && static_cast<size_t>(child) < nodes.size() ? &nodes[child] : nullptr;
@@ -116,7 +119,8 @@ const Op* VersionBeforeWrite(const Op& op, const Op& root, const std::vector<Op>
     // Every version in between must be there, none a reassignment.
     const Op* before = &root;
     int between = 0;
-    for (const Op& version : nodes) {
+    for (int32_t at = root_at + 1; at < child; ++at) {
+      const Op& version = nodes[at];
       if (!version.is_buffer_version() || version.address != root.address ||
           version.buffer_pass <= root.buffer_pass || version.buffer_pass >= written->buffer_pass) {
         continue;
