@@ -19,8 +19,8 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "graph/summary.h"
+#include "tools/nested_modules.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/model_layout.h"
 #include "torchlens_dispatch/script_runner.h"
@@ -40,20 +40,6 @@ double ResidentMb() {
   return static_cast<double>(resident) * 4096 / (1 << 20);
 }
 
-// N modules, each of its own class, wrapping the next; a Linear(2, 2) innermost.
-torch::jit::Module Nested(int depth) {
-  torch::jit::Module module("Leaf");
-  module.register_parameter("weight", torch::randn({2, 2}), false);
-  module.define("def forward(self, x):\n  return torch.mm(x, self.weight)\n");
-  for (int level = 0; level < depth; ++level) {
-    torch::jit::Module wrap(absl::StrCat("Wrap", level));
-    wrap.register_module("inner", module);
-    wrap.define("def forward(self, x):\n  return torch.relu(self.inner.forward(x))\n");
-    module = wrap;
-  }
-  return module;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,7 +51,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::stringstream saved;
-    Nested(depth).save(saved);
+    torchlens::NestedModules(depth, torch::randn({2, 2})).save(saved);
     double cpu = CpuSeconds(), rss = ResidentMb();
     auto phase = [&](const char* name) {
       const double now_cpu = CpuSeconds(), now_rss = ResidentMb();

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "graph/archive_check.h"
 #include "gtest/gtest.h"
+#include "tools/nested_modules.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "validation/validate.h"
@@ -19,20 +20,10 @@
 namespace torchlens {
 namespace {
 
-// `depth` modules, each of its own class, wrapping the next; x @ weight innermost. The
-// structure torch.jit.script gives Python's nested modules, saved by the same pickler.
+// The archive of NestedModules(depth, weight), as torch.jit.save writes it.
 std::string NestedArchive(int depth, const at::Tensor& weight) {
-  torch::jit::Module module("Leaf");
-  module.register_parameter("weight", weight, false);
-  module.define("def forward(self, x):\n  return torch.mm(x, self.weight)\n");
-  for (int level = 0; level < depth; ++level) {
-    torch::jit::Module wrap(absl::StrCat("Wrap", level));
-    wrap.register_module("inner", module);
-    wrap.define("def forward(self, x):\n  return torch.relu(self.inner.forward(x))\n");
-    module = wrap;
-  }
   std::stringstream saved;
-  module.save(saved);
+  NestedModules(depth, weight).save(saved);
   return saved.str();
 }
 
