@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "graph/release_after_last_use.h"
 
 namespace torchlens {
 namespace {
@@ -30,12 +31,10 @@ bool Numeric(const at::Tensor& t) {
   return t.defined() && t.layout() == at::kStrided && !t.is_quantized() && !t.is_meta();
 }
 
-// Folds the differences of one output pair into `node`; false when they are not close.
-bool CompareValues(const at::Tensor& a, const at::Tensor& b, const CompareOptions& options,
-                   NodeComparison* node) {
-  const at::Tensor x = (a.is_complex() ? at::view_as_real(a.resolve_conj()) : a).to(at::kDouble);
-  const at::Tensor y = (b.is_complex() ? at::view_as_real(b.resolve_conj()) : b).to(at::kDouble);
-  if (x.numel() == 0) return true;
+// Folds the differences of one chunk of an output pair into `node`; false when they are
+// not close.
+bool CompareChunk(const at::Tensor& x, const at::Tensor& y, const CompareOptions& options,
+                  NodeComparison* node) {
   const at::Tensor both_nan = at::isnan(x) & at::isnan(y);
   const at::Tensor same = (x == y) | both_nan;  // also equal infinities
   const at::Tensor diff = at::where(same, at::zeros_like(x), (x - y).abs());
@@ -50,6 +49,24 @@ bool CompareValues(const at::Tensor& a, const at::Tensor& b, const CompareOption
   // A difference from a zero is infinitely large relative to it, never "0".
   if ((~nonzero & (safe > 0)).any().item<bool>()) node->max_rel_diff = INFINITY;
   return (same | (safe <= options.atol + options.rtol * y.abs())).all().item<bool>();
+}
+
+// Folds the differences of one output pair into `node`; false when they are not close.
+// Compared in chunks of kChunk elements in double: the working memory of comparing two
+// values read from files stays a few chunks, whatever the values' size.
+bool CompareValues(const at::Tensor& a, const at::Tensor& b, const CompareOptions& options,
+                   NodeComparison* node) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  const at::Tensor x = (a.is_complex() ? at::view_as_real(a.resolve_conj()) : a).reshape(-1);
+  const at::Tensor y = (b.is_complex() ? at::view_as_real(b.resolve_conj()) : b).reshape(-1);
+  bool close = true;
+  for (int64_t start = 0; start < x.numel(); start += kChunk) {
+    const int64_t length = std::min(kChunk, x.numel() - start);
+    close = CompareChunk(x.narrow(0, start, length).to(at::kDouble),
+                         y.narrow(0, start, length).to(at::kDouble), options, node) &&
+            close;
+  }
+  return close;
 }
 
 std::vector<at::Tensor> Grads(const Op& op) {
@@ -92,13 +109,32 @@ absl::StatusOr<Comparison> Compare(const Trace& a, const Trace& b, CompareOption
   for (const Op& op : b.ops()) {
     if (a.IndexOfLabel(op.label) < 0) comparison.only_in_b.push_back(op.label);
   }
-  for (const Op& x : a.ops()) {
-    const int other = b.IndexOfLabel(x.label);
-    if (other < 0) {
+  // Traces read from files give back each value's pages once it is compared: step i
+  // compares a's op i with b's op of the same label.
+  auto values_of = [](const Op* op, const TensorVisitor& visit) {
+    if (op == nullptr) return;
+    for (const at::Tensor& t : Outputs(*op)) visit(t);
+    for (const at::Tensor& t : Grads(*op)) visit(t);
+  };
+  auto in_b = [&](size_t i) {
+    const int other = b.IndexOfLabel(a.ops()[i].label);
+    return other < 0 ? nullptr : &b.ops()[other];
+  };
+  ReleaseAfterLastUse pages_a(a.ops().size(), [&](size_t i, const TensorVisitor& visit) {
+    values_of(&a.ops()[i], visit);
+  });
+  ReleaseAfterLastUse pages_b(a.ops().size(), [&](size_t i, const TensorVisitor& visit) {
+    values_of(in_b(i), visit);
+  });
+  for (size_t i = 0; i < a.ops().size(); ++i) {
+    const Op& x = a.ops()[i];
+    const Op* found = in_b(i);
+    if (found == nullptr) {
       comparison.only_in_a.push_back(x.label);
+      pages_a.Done(i);
       continue;
     }
-    const Op& y = b.ops()[other];
+    const Op& y = *found;
     NodeComparison node;
     node.label = x.label;
     if (x.func_name != y.func_name || x.overload_name != y.overload_name || x.type != y.type) {
@@ -140,6 +176,8 @@ absl::StatusOr<Comparison> Compare(const Trace& a, const Trace& b, CompareOption
     if (a.records_gradients() && b.records_gradients()) {
       CompareGrads(Grads(x), Grads(y), options, &node);
     }
+    pages_a.Done(i);
+    pages_b.Done(i);
     comparison.nodes.push_back(std::move(node));
   }
   if (!a.records_gradients() || !b.records_gradients()) return comparison;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "graph/release_after_last_use.h"
 
 namespace torchlens {
 namespace {
@@ -56,9 +57,18 @@ absl::StatusOr<std::optional<NonFinite>> FirstNonFinite(const Trace& trace) {
         "the trace holds no saved values to look for NaN in: capture with "
         "CaptureOptions::save_activations = true (the default)");
   }
-  for (const Op& op : trace.ops()) {
+  // A trace read from a file gives back each value's pages once it is looked at.
+  ReleaseAfterLastUse pages(trace.ops().size(), [&trace](size_t i, const TensorVisitor& visit) {
+    const Op& op = trace.ops()[i];
+    if (op.is_output()) return;
+    visit(op.out);
+    for (const at::Tensor& t : op.outs) visit(t);
+  });
+  for (size_t i = 0; i < trace.ops().size(); ++i) {
+    const Op& op = trace.ops()[i];
     if (op.is_output()) continue;  // an output holds its parent's value
     const Finiteness finiteness = OfOutputs(op);
+    pages.Done(i);
     if (!finiteness.nan && !finiteness.inf) continue;
     NonFinite first;
     first.label = op.label;

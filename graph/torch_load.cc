@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "graph/archive_check.h"
 #include "graph/file_io.h"
+#include "graph/mapped_storage.h"
 
 namespace torchlens {
 namespace {
@@ -91,8 +92,9 @@ c10::TypePtr Unified(const std::vector<c10::IValue>& values) {
 // archive check guarantees no cycles and bounded nesting.
 class Converter {
  public:
-  Converter(const CheckedArchive& archive, std::shared_ptr<void> owner)
+  Converter(const CheckedArchive& archive, absl::string_view bytes, std::shared_ptr<void> owner)
       : archive_(archive),
+        bytes_(bytes),
         owner_(std::move(owner)),
         values_(archive.data),
         converted_(values_.nodes.size()),
@@ -163,10 +165,7 @@ class Converter {
       // is not aligned for its elements is copied, as kernels may assume alignment.
       char* data = const_cast<char*>(archive_.zip.Stored(record).data());
       if (reinterpret_cast<uintptr_t>(data) % pickled.item_size == 0) {
-        auto* keep = new std::shared_ptr<void>(owner_);
-        at::Storage storage(c10::Storage::use_byte_size_t(), bytes,
-                            c10::DataPtr(data, keep, &ReleaseOwner, c10::Device(c10::kCPU)),
-                            /*allocator=*/nullptr, /*resizable=*/false);
+        at::Storage storage = StorageOverMapping(data, bytes, bytes_, owner_);
         storages_[index] = storage;
         return storage;
       }
@@ -357,9 +356,8 @@ class Converter {
     return Refuse(path, "an unknown value");
   }
 
-  static void ReleaseOwner(void* owner) { delete static_cast<std::shared_ptr<void>*>(owner); }
-
   const CheckedArchive& archive_;
+  absl::string_view bytes_;      // the whole file
   std::shared_ptr<void> owner_;  // LoadPickledInPlace's, or null
   const PickleValues& values_;
   std::vector<std::optional<c10::IValue>> converted_;
@@ -379,7 +377,7 @@ absl::StatusOr<c10::IValue> LoadPickledInPlace(absl::string_view bytes,
   // Sparse tensors are calls of torch._utils._rebuild_sparse_tensor: the machine refuses
   // them as objects, naming the call.
   try {
-    return Converter(*checked, std::move(owner)).Convert(checked->data.root, "");
+    return Converter(*checked, bytes, std::move(owner)).Convert(checked->data.root, "");
   } catch (const std::exception& e) {  // LibTorch refusing a value, whatever the reason
     const std::string what = e.what();
     return absl::InvalidArgumentError(

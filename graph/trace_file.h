@@ -53,6 +53,9 @@ absl::Status SaveTrace(const Trace& trace, const std::string& path);
 // A regular file is mapped, not read (ReadLimits::page_on_use): the trace's tensors are
 // made over the file's records in place, and a value's bytes are read from disk the first
 // time it is used, so that loading a trace larger than memory costs its metadata. The
+// library's walks over a loaded trace (validation, Compare, FirstNonFinite, Do) give each
+// value's pages back after its last use (NOTE [Releasing after the last use] in
+// graph/release_after_last_use.h), so they keep a working set resident, not the file. The
 // mapping lives as long as any tensor of the trace. Writing a loaded tensor changes this
 // process's copy, never the file. As with any mapped file, truncating the file while a
 // loaded trace is in use ends the process with SIGBUS when a cut value is read.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "tools/allocator_peak.h"
 #include "tools/bench_memory.h"
+#include "tools/peak_resident.h"
 #include "tools/bench_timing.h"
 #include "tools/bench_validation_floor.h"
 #include "tools/output_keeper.h"

@@ -14,11 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "graph/release_after_last_use.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/fused_mutators.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "validation/fused_views.h"
+#include "validation/op_arguments.h"
 #include "validation/replay.h"
 
 namespace torchlens {
@@ -224,15 +226,14 @@ class Intervention {
         parts_.buffers[op.address].initial_value = edit.value;  // the edited world's start
       }
     }
+    // A trace read from a file gives back the pages of captured values no op ahead reads:
+    // Do reads from disk the cone it replays and its arguments, and keeps no more of them.
+    ReleaseAfterLastUse pages(original_.size(), [this](size_t i, const TensorVisitor& visit) {
+      VisitValuesReplayReads(original_, i, visit);
+    });
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (changed_[i] || !InCone(ops[i])) continue;
-      Op& op = ops[i];
-      if (op.is_input() || op.is_constant()) continue;
-      changed_[i] = true;
-      absl::Status status = op.is_output()           ? Output(op)
-                            : op.is_buffer_version() ? BufferVersion(i, op)
-                                                     : Compute(i, op);
-      if (!status.ok()) return status;
+      if (absl::Status status = ReExecute(i); !status.ok()) return status;
+      pages.Done(i);
     }
     parts_.children_linked = true;
     result_.trace = Trace::Assemble(std::move(parts_));
@@ -245,6 +246,16 @@ class Intervention {
     int output;
     at::Tensor value;
   };
+
+  // Re-executes ops[i] when it is in the cone.
+  absl::Status ReExecute(size_t i) {
+    Op& op = parts_.ops[i];
+    if (changed_[i] || !InCone(op) || op.is_input() || op.is_constant()) return absl::OkStatus();
+    changed_[i] = true;
+    return op.is_output()           ? Output(op)
+           : op.is_buffer_version() ? BufferVersion(i, op)
+                                    : Compute(i, op);
+  }
 
   bool InCone(const Op& op) const {
     for (int32_t parent : op.parent_indices) {

@@ -42,6 +42,21 @@ absl::StatusOr<c10::OperatorHandle> OperatorOf(const Op& op) {
   return *handle;
 }
 
+void VisitValuesReplayReads(const std::vector<Op>& ops, size_t i,
+                            const std::function<void(const at::Tensor&)>& visit) {
+  auto visit_values = [&](const Op& op) {
+    visit(op.out);
+    for (const at::Tensor& t : op.outs) visit(t);
+    for (const AliasWrite& write : op.alias_writes) visit(write.value);
+  };
+  const Op& op = ops[i];
+  visit_values(op);
+  for (const c10::IValue& arg : op.creation_args) ForEachTensor(arg, visit);
+  for (int32_t parent : op.parent_indices) {
+    if (parent >= 0 && static_cast<size_t>(parent) < ops.size()) visit_values(ops[parent]);
+  }
+}
+
 bool ConsumesRandomness(const Op& op) {
   absl::StatusOr<c10::OperatorHandle> handle = OperatorOf(op);
   return handle.ok() && ConsumesRandomness(*handle);

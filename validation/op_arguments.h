@@ -40,6 +40,13 @@ inline c10::ArrayRef<c10::IValue> ArgumentsOf(const Op& op) {
 // change a list it is given).
 std::vector<c10::IValue> CapturedArguments(const Op& op);
 
+// Calls `visit` on each saved tensor that replaying ops[i] from the trace reads or
+// compares: its arguments, its outputs and alias writes' values, and its parents' values
+// (what validation and Do give back after their last use: NOTE [Releasing after the last
+// use] in graph/release_after_last_use.h).
+void VisitValuesReplayReads(const std::vector<Op>& ops, size_t i,
+                            const std::function<void(const at::Tensor&)>& visit);
+
 // Whether the op consumes randomness (tagged nondeterministic_seeded or takes a Generator).
 bool ConsumesRandomness(const Op& op);
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "graph/release_after_last_use.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/capture_key.h"
 #include "torchlens_dispatch/ops/exception_text.h"
@@ -60,7 +61,7 @@ class OpChecker {
 
   // Checks ops and outputs, each at the position `next` hands out, until it passes the
   // end; `next` is shared by the threads validating the same trace.
-  void CheckOps(std::atomic<size_t>* next) {
+  void CheckOps(std::atomic<size_t>* next, ReleaseAfterLastUse* pages) {
     // Replay must not be captured, also on worker threads (the key set is thread-local).
     c10::impl::ExcludeDispatchKeyGuard not_captured(kCaptureKey);
     const std::vector<Op>& ops = trace_.ops();
@@ -89,6 +90,7 @@ class OpChecker {
         // never the absence of a check.
         Note(&verdicts_.unproved, op, absl::StrCat(op.label, ": not checkable: ", FirstLine(e)));
       }
+      pages->Done(i);
     }
   }
 
@@ -494,11 +496,15 @@ ValidationReport CheckTrace(const Trace& trace, size_t threads) {
   workers.reserve(threads);
   for (size_t t = 0; t < threads; ++t) workers.emplace_back(trace);
   std::atomic<size_t> next{0};  // the position of the next op to check
+  // A trace read from a file gives back each value's pages after its last check.
+  ReleaseAfterLastUse pages(trace.ops().size(), [&trace](size_t i, const TensorVisitor& visit) {
+    VisitValuesReplayReads(trace.ops(), i, visit);
+  });
   std::vector<std::thread> running;
   for (size_t t = 1; t < threads; ++t) {
-    running.emplace_back([&workers, &next, t] { workers[t].CheckOps(&next); });
+    running.emplace_back([&workers, &next, &pages, t] { workers[t].CheckOps(&next, &pages); });
   }
-  workers[0].CheckOps(&next);
+  workers[0].CheckOps(&next, &pages);
   for (std::thread& thread : running) thread.join();
   for (size_t t = 1; t < threads; ++t) workers[0].Merge(std::move(workers[t]));
   return workers[0].Finish();

@@ -5,7 +5,7 @@
 //   /usr/bin/python3 tools/zoo_models.py ~/.cache/torchlens/zoo
 //   tools/bazelw test //tools/zoo:zoo_test --test_env=TORCHLENS_ZOO_DIR=$HOME/.cache/torchlens/zoo
 //
-// Writes a markdown table (model, ops, buffers, verdict, capture cost) to
+// Writes a markdown table (model, ops, buffers, verdict, capture cost, peak resident set) to
 // $TEST_UNDECLARED_OUTPUTS_DIR/zoo.md and to the log.
 #include <dlfcn.h>
 #include <torch/script.h>
@@ -33,6 +33,7 @@
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/script_runner.h"
+#include "tools/peak_resident.h"
 #include "validation/validate.h"
 
 namespace torchlens {
@@ -53,6 +54,7 @@ struct Row {
   int64_t ops = 0;
   size_t buffers = 0;
   double cost = 0;
+  int64_t peak_resident = -1;  // bytes, over loading, capturing and validating both modes
   size_t dead = 0;      // eval: nodes validation listed as dead computation
   size_t unproved = 0;  // eval: edges no perturbation could prove
   std::vector<std::string> problems;
@@ -269,24 +271,29 @@ TEST(ZooTest, EveryExportedModel) {
       rows.push_back(std::move(row));
       continue;
     }
-    for (const char* mode : {"eval", "train"}) {
-      if (detection && std::string(mode) == "train") continue;
-      const std::string problem = ModeCheck(name, mode, dir, values, detection, &row);
-      if (!problem.empty()) row.problems.push_back(problem);
-    }
+    row.peak_resident = PeakResidentDuring([&] {
+      for (const char* mode : {"eval", "train"}) {
+        if (detection && std::string(mode) == "train") continue;
+        const std::string problem = ModeCheck(name, mode, dir, values, detection, &row);
+        if (!problem.empty()) row.problems.push_back(problem);
+      }
+    });
     EXPECT_TRUE(row.problems.empty()) << name << ": " << absl::StrJoin(row.problems, "; ");
     std::cerr << name << (row.problems.empty() ? " ok" : " FAIL") << "\n";
     rows.push_back(std::move(row));
   }
   std::ostringstream table;
   table << "| model | family | export | ops | buffers | dead | unproved | eval + train | "
-           "capture cost |\n"
-        << "|---|---|---|---:|---:|---:|---:|---|---:|\n";
+           "capture cost | peak RSS |\n"
+        << "|---|---|---|---:|---:|---:|---:|---|---:|---:|\n";
   for (const Row& row : rows) {
     table << "| " << row.model << " | " << row.family << " | " << row.how << " | " << row.ops
           << " | " << row.buffers << " | " << row.dead << " | " << row.unproved << " | "
           << (row.problems.empty() ? "validated" : absl::StrJoin(row.problems, "; ")) << " | "
-          << (row.cost > 0 ? absl::StrFormat("%.2fx", row.cost) : std::string("n/a")) << " |\n";
+          << (row.cost > 0 ? absl::StrFormat("%.2fx", row.cost) : std::string("n/a")) << " | "
+          << (row.peak_resident > 0 ? absl::StrFormat("%.2f GB", row.peak_resident / 1e9)
+                                    : std::string("n/a"))
+          << " |\n";
   }
   table << "\nNot exported:\n\n| model | family | reason |\n|---|---|---|\n";
   for (const std::string& line : not_exported) table << line << "\n";
