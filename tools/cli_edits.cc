@@ -121,7 +121,11 @@ absl::StatusOr<std::string> ApplyEdits(const Trace& trace, const std::vector<Edi
       edits.push_back(Edit{flag.label, *std::move(edited), k});
     }
   }
-  absl::StatusOr<DoResult> result = Do(trace, std::move(edits));
+  // Only the outputs and buffer versions are described: the fork keeps no more, so an
+  // edit of a trace larger than memory replays with its working set.
+  DoOptions options;
+  options.keep_values = false;
+  absl::StatusOr<DoResult> result = Do(trace, std::move(edits), options);
   if (!result.ok()) return result.status();
   std::string out = absl::StrCat(
       "\nIntervention: ", Count(result->reexecuted.size(), "node", "nodes"), " re-executed\n");

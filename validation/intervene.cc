@@ -234,7 +234,9 @@ class Intervention {
     for (size_t i = 0; i < ops.size(); ++i) {
       if (absl::Status status = ReExecute(i); !status.ok()) return status;
       pages.Done(i);
+      if (!options_.keep_values) DropValuesReadFor(i);
     }
+    if (!options_.keep_values) parts_.has_saved_values = false;
     parts_.children_linked = true;
     result_.trace = Trace::Assemble(std::move(parts_));
     return std::move(result_);
@@ -255,6 +257,35 @@ class Intervention {
     return op.is_output()           ? Output(op)
            : op.is_buffer_version() ? BufferVersion(i, op)
                                     : Compute(i, op);
+  }
+
+  // NOTE [Forks that keep only their results] (intervene.h): ops[i] has been re-executed
+  // (or was outside the cone); drops the values of its re-executed parents, and its own,
+  // that no op ahead of it reads.
+  void DropValuesReadFor(size_t i) {
+    if (readers_left_.empty()) {
+      readers_left_.resize(original_.size());
+      for (size_t j = 0; j < original_.size(); ++j) {
+        readers_left_[j] = static_cast<int32_t>(original_[j].child_indices.size());
+      }
+    }
+    for (int32_t parent : original_[i].parent_indices) {
+      if (parent >= 0 && --readers_left_[parent] == 0) DropValues(parent);
+    }
+    if (readers_left_[i] == 0) DropValues(i);
+  }
+
+  // Drops node `j`'s re-executed values, unless it is an output or a buffer version.
+  void DropValues(size_t j) {
+    Op& op = parts_.ops[j];
+    if (!changed_[j] || !op.is_compute()) return;
+    for (const EditedValue& edit : edited_) {
+      if (edit.index == static_cast<int>(j)) return;  // the user's value stays
+    }
+    op.out = at::Tensor();
+    op.outs = {};
+    op.creation_args = {};
+    for (AliasWrite& write : op.alias_writes) write.value = at::Tensor();
   }
 
   bool InCone(const Op& op) const {
@@ -497,6 +528,7 @@ class Intervention {
   const std::vector<Op>& original_;
   TraceParts parts_;
   DoOptions options_;
+  std::vector<int32_t> readers_left_;  // per node, without DoOptions::keep_values
   std::vector<bool> changed_;  // edited or re-executed
   std::vector<EditedValue> edited_;
   absl::flat_hash_map<size_t, at::Tensor> fused_after_;       // version -> recomputed state

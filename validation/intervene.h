@@ -60,6 +60,14 @@ struct Edit {
 
 struct DoOptions {
   bool strict = false;  // any gap (a Diagnostic) is an error
+  // NOTE [Forks that keep only their results]
+  // false: the fork keeps the re-executed values of its outputs and buffer versions only.
+  // Every other re-executed node's value (and the arguments it ran on) is dropped once
+  // the last op that reads it has been re-executed, so a cone larger than memory is
+  // replayed with its working set (the CLI's --edit does so). The fork then holds no
+  // values to replay or validate from (`has_saved_values()` is false; ValidateForwardPass
+  // and Do refuse it, saying so), and the dropped nodes' `out` is undefined.
+  bool keep_values = true;
 };
 
 enum class DiagnosticKind {

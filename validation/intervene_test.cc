@@ -89,6 +89,38 @@ TEST(DoTest, EditedBufferVersionThreadsThroughLaterWrites) {
   EXPECT_TRUE(report->passed) << absl::StrJoin(report->failures, "\n");
 }
 
+// NOTE [Forks that keep only their results]: the same edit, keeping only outputs and buffer
+// versions, gives the same results (b = 7, 8, 9, 10; the output by hand) and drops the
+// re-executed activations.
+TEST(DoTest, ForkKeepingOnlyResults) {
+  torch::jit::Module model = testdata::LoadModel("counter_cell");
+  const Trace trace = Capture("counter_cell");
+  const std::vector<at::Tensor> before = Clones(SavedTensors(trace));
+  DoOptions options;
+  options.keep_values = false;
+  absl::StatusOr<DoResult> result = Do(trace, {Edit{"b:1", at::full({4}, 7.0)}}, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->warnings, IsEmpty());
+  const Buffer& forked = result->trace.buffers().at("b");
+  for (int v = 1; v <= 4; ++v) {
+    EXPECT_TRUE(at::equal(*forked.value_at(v), at::full({4}, 6.0 + v))) << v;
+  }
+  const at::Tensor w = model.attr("cell").toModule().attr("weight").toTensor().detach();
+  const at::Tensor c = model.attr("cell").toModule().attr("bias").toTensor().detach();
+  at::Tensor h = testdata::Expected("counter_cell").input(0);
+  for (int step = 1; step <= 3; ++step) h = at::relu(at::matmul(h, w.t()) + c + (7.0 + step));
+  EXPECT_TRUE(at::allclose(Get(result->trace, "output_1").out, h, 1e-5, 1e-6));
+  for (int step = 1; step <= 3; ++step) {
+    EXPECT_FALSE(Get(result->trace, absl::StrCat("relu_1_4:", step)).out.defined()) << step;
+    // The original keeps its values.
+    EXPECT_TRUE(Get(trace, absl::StrCat("relu_1_4:", step)).out.defined()) << step;
+  }
+  EXPECT_FALSE(result->trace.has_saved_values());
+  absl::StatusOr<ValidationReport> report = ValidateForwardPass(result->trace);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+  ExpectUnchanged(SavedTensors(trace), before);
+}
+
 TEST(DoTest, InplaceActivation) {
   const Trace trace = Capture("inplace_activation");
   const Op& relu = Get(trace, "relu_1_2:1");

@@ -130,6 +130,30 @@ TEST(PagesReleasedTest, LookingForNaNKeepsAWorkingSet) {
   EXPECT_LT(ResidentBytesOfMappingAt(LastOutput(trace).data_ptr()), 2 * kValueBytes);
 }
 
+// NOTE [Forks that keep only their results]: an edit of the first value replays the
+// whole file, and keeps its working set.
+TEST(PagesReleasedTest, DoOfTheWholeConeKeepingOnlyResults) {
+  const Trace trace = Load();
+  size_t at = 0;
+  while (at < trace.ops().size() && trace.ops()[at].type != "addmm") ++at;
+  ASSERT_LT(at, trace.ops().size());
+  const Op& first = trace.ops()[at];
+  DoOptions options;
+  options.keep_values = false;
+  absl::StatusOr<DoResult> result = Do(trace, {Edit{first.label, at::zeros_like(first.out)}}, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // Every addmm and relu after the edited one was re-executed, and dropped.
+  EXPECT_EQ(result->reexecuted.size(), 2 * kLayers - 1);
+  for (const std::string& label : result->reexecuted) {
+    EXPECT_FALSE((*result->trace.Find(label))->out.defined()) << label;
+  }
+  // The output is what the fork keeping every value gives.
+  absl::StatusOr<DoResult> kept = Do(trace, {Edit{first.label, at::zeros_like(first.out)}});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(at::equal(result->trace.ops().back().out, kept->trace.ops().back().out));
+  EXPECT_LT(ResidentBytesOfMappingAt(LastOutput(trace).data_ptr()), 2 * kValueBytes);
+}
+
 TEST(PagesReleasedTest, DoReadsItsConeAndGivesItBack) {
   const Trace trace = Load();
   const Op& last_linear = trace.ops()[trace.ops().size() - 3];
@@ -147,7 +171,7 @@ TEST(PagesReleasedTest, DoReadsItsConeAndGivesItBack) {
 TEST(PagesReleasedTest, ReleasedValuesReadBackAndWritesSurvive) {
   const Trace trace = Load();
   const at::Tensor& read = LastOutput(trace);
-  const at::Tensor& written = trace.ops()[1].out;
+  const at::Tensor& written = trace.ops()[trace.ops().size() - 3].out;
   const at::Tensor copy = read.clone();
   written.fill_(7);
   const std::optional<absl::string_view> file = MappingOf(read.storage());
@@ -158,7 +182,7 @@ TEST(PagesReleasedTest, ReleasedValuesReadBackAndWritesSurvive) {
   EXPECT_TRUE(at::equal(read, copy));
   EXPECT_TRUE(at::equal(written, at::full_like(written, 7)));
   // The file itself is unchanged: another load reads the captured value.
-  EXPECT_FALSE(at::equal(Load().ops()[1].out, at::full_like(written, 7)));
+  EXPECT_FALSE(at::equal(Load().ops()[trace.ops().size() - 3].out, at::full_like(written, 7)));
 }
 
 }  // namespace
