@@ -120,12 +120,10 @@ absl::StatusOr<Comparison> Compare(const Trace& a, const Trace& b, CompareOption
     const int other = b.IndexOfLabel(a.ops()[i].label);
     return other < 0 ? nullptr : &b.ops()[other];
   };
-  ReleaseAfterLastUse pages_a(a.ops().size(), [&](size_t i, const TensorVisitor& visit) {
-    values_of(&a.ops()[i], visit);
-  });
-  ReleaseAfterLastUse pages_b(a.ops().size(), [&](size_t i, const TensorVisitor& visit) {
-    values_of(in_b(i), visit);
-  });
+  ReleaseAfterLastUse pages_a(
+      a.ops().size(), [&](size_t i, const TensorVisitor& visit) { values_of(&a.ops()[i], visit); });
+  ReleaseAfterLastUse pages_b(
+      a.ops().size(), [&](size_t i, const TensorVisitor& visit) { values_of(in_b(i), visit); });
   for (size_t i = 0; i < a.ops().size(); ++i) {
     const Op& x = a.ops()[i];
     const Op* found = in_b(i);

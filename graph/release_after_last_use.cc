@@ -26,11 +26,12 @@ ReleaseAfterLastUse::ReleaseAfterLastUse(size_t steps, TensorsOf tensors_of)
       step_storages.push_back(it->second);
       if (!added) return;
       // See NOTE [Releasing after the last use]: windows count from the file's start.
-      const size_t offset = static_cast<const char*>(t.storage().data_ptr().get()) - mapping->data();
+      const size_t offset =
+          static_cast<const char*>(t.storage().data_ptr().get()) - mapping->data();
       const size_t first = offset / kReleaseWindow;
       const size_t last = (offset + t.storage().nbytes() - 1) / kReleaseWindow;
-      storages_.push_back({static_cast<int32_t>(windows_.size()),
-                           static_cast<int32_t>(last - first + 1)});
+      storages_.push_back(
+          {static_cast<int32_t>(windows_.size()), static_cast<int32_t>(last - first + 1)});
       readers.push_back(0);
       for (size_t w = first; w <= last; ++w) {
         auto [window, new_window] = window_index.try_emplace(

@@ -42,8 +42,8 @@ class ReleaseAfterLastUse {
   using TensorsOf = std::function<void(size_t step, const TensorVisitor& visit)>;
   ReleaseAfterLastUse(size_t steps, TensorsOf tensors_of);
 
-  // Step `step` is done: gives back the pages of each storage it read that no step left
-  // reads. Call once per step. Thread-safe.
+  // Step `step` is done: gives back each window of the file that no step left reads (see
+  // the NOTE). Call once per step. Thread-safe.
   void Done(size_t step);
 
  private:
@@ -62,9 +62,9 @@ class ReleaseAfterLastUse {
   TensorsOf tensors_of_;
   absl::flat_hash_map<const c10::StorageImpl*, int32_t> index_;
   std::vector<Storage> storages_;
-  std::vector<Window> windows_;     // each storage's windows, in storage order
+  std::vector<Window> windows_;      // each storage's windows, in storage order
   std::vector<int32_t> window_ids_;  // for each entry of windows_, its window's counter
-  std::unique_ptr<std::atomic<int32_t>[]> readers_left_;  // per storage
+  std::unique_ptr<std::atomic<int32_t>[]> readers_left_;   // per storage
   std::unique_ptr<std::atomic<int32_t>[]> storages_left_;  // per window: storages to read
 };
 

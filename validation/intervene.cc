@@ -529,7 +529,7 @@ class Intervention {
   TraceParts parts_;
   DoOptions options_;
   std::vector<int32_t> readers_left_;  // per node, without DoOptions::keep_values
-  std::vector<bool> changed_;  // edited or re-executed
+  std::vector<bool> changed_;          // edited or re-executed
   std::vector<EditedValue> edited_;
   absl::flat_hash_map<size_t, at::Tensor> fused_after_;       // version -> recomputed state
   absl::flat_hash_map<size_t, std::string> fused_gaps_;       // version -> why not

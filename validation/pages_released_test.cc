@@ -98,7 +98,8 @@ TEST(PagesReleasedTest, ReadingEveryValueKeepsTheFileResident) {
     if (op.out.defined()) sum += op.out.sum().item<double>();
   }
   EXPECT_NE(sum, 0);
-  EXPECT_GT(ResidentBytesOfMappingAt(LastOutput(trace).data_ptr()), 2 * kLayers * kValueBytes * 9 / 10);
+  EXPECT_GT(ResidentBytesOfMappingAt(LastOutput(trace).data_ptr()),
+            2 * kLayers * kValueBytes * 9 / 10);
 }
 
 TEST(PagesReleasedTest, ValidationKeepsAWorkingSet) {
@@ -140,7 +141,8 @@ TEST(PagesReleasedTest, DoOfTheWholeConeKeepingOnlyResults) {
   const Op& first = trace.ops()[at];
   DoOptions options;
   options.keep_values = false;
-  absl::StatusOr<DoResult> result = Do(trace, {Edit{first.label, at::zeros_like(first.out)}}, options);
+  absl::StatusOr<DoResult> result =
+      Do(trace, {Edit{first.label, at::zeros_like(first.out)}}, options);
   ASSERT_TRUE(result.ok()) << result.status();
   // Every addmm and relu after the edited one was re-executed, and dropped.
   EXPECT_EQ(result->reexecuted.size(), 2 * kLayers - 1);

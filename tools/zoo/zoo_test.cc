@@ -28,12 +28,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "tools/peak_resident.h"
 #include "torchlens_dispatch/capture.h"
 #include "torchlens_dispatch/load_model.h"
 #include "torchlens_dispatch/ops/bit_identical.h"
 #include "torchlens_dispatch/ops/ivalue_tensors.h"
 #include "torchlens_dispatch/script_runner.h"
-#include "tools/peak_resident.h"
 #include "validation/validate.h"
 
 namespace torchlens {
@@ -55,8 +55,8 @@ struct Row {
   size_t buffers = 0;
   double cost = 0;
   int64_t peak_resident = -1;  // bytes, over loading, capturing and validating both modes
-  size_t dead = 0;      // eval: nodes validation listed as dead computation
-  size_t unproved = 0;  // eval: edges no perturbation could prove
+  size_t dead = 0;             // eval: nodes validation listed as dead computation
+  size_t unproved = 0;         // eval: edges no perturbation could prove
   std::vector<std::string> problems;
 };
 
