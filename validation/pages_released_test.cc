@@ -25,7 +25,7 @@
 namespace torchlens {
 namespace {
 
-constexpr int64_t kLayers = 12;
+constexpr int64_t kLayers = 8;
 constexpr int64_t kRows = 8192;
 constexpr int64_t kWidth = 256;  // each value: 8 MiB
 constexpr int64_t kValueBytes = kRows * kWidth * 4;
