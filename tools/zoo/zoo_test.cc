@@ -191,6 +191,9 @@ constexpr char kTorchvisionOps[] =
 // cores) sets TEST_TOTAL_SHARDS and TEST_SHARD_INDEX: each shard checks every
 // TEST_TOTAL_SHARDS-th model of the selection, writes its own table, and touches
 // TEST_SHARD_STATUS_FILE to say it shards. Shards share nothing but the exported models.
+// Bazel also sets GTEST_SHARD_INDEX and GTEST_TOTAL_SHARDS, with which GoogleTest deals
+// out test cases: the zoo is one test case, which only the first shard would run, so
+// main() clears them and the models are dealt here.
 struct Shard {
   int index = 0;
   int total = 1;
@@ -310,3 +313,11 @@ TEST(ZooTest, EveryExportedModel) {
 
 }  // namespace
 }  // namespace torchlens
+
+int main(int argc, char** argv) {
+  // See NOTE [Zoo shards].
+  unsetenv("GTEST_SHARD_INDEX");
+  unsetenv("GTEST_TOTAL_SHARDS");
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
