@@ -104,9 +104,8 @@ def export(name, family, builder, out_dir):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir")
-    # Every torchvision 0.14 model fits a 24 GB machine; the largest (regnet_y_128gf, 645M
-    # parameters) takes about 25 minutes of the zoo test on 2 cores. --max_params 2e8
-    # leaves out the four above 200M.
+    # Every torchvision 0.14 model fits a 24 GB machine (tools/zoo/README.md has their
+    # cost); --max_params 2e8 leaves out the four above 200M parameters.
     parser.add_argument("--max_params", type=float, default=1e9)
     parser.add_argument("--only", default="")
     options = parser.parse_args()
