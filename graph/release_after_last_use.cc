@@ -11,7 +11,7 @@ namespace torchlens {
 ReleaseAfterLastUse::ReleaseAfterLastUse(size_t steps, TensorsOf tensors_of)
     : tensors_of_(std::move(tensors_of)) {
   std::vector<int32_t> readers;
-  // (mapping, window position in it) -> index into windows_.
+  // (mapping, window position in it) -> window id, an index into windows_.
   absl::flat_hash_map<std::pair<const char*, size_t>, int32_t> window_index;
   std::vector<int32_t> storages_per_window;
   std::vector<int32_t> step_storages;
@@ -31,16 +31,17 @@ ReleaseAfterLastUse::ReleaseAfterLastUse(size_t steps, TensorsOf tensors_of)
       const size_t first = offset / kReleaseWindow;
       const size_t last = (offset + t.storage().nbytes() - 1) / kReleaseWindow;
       storages_.push_back(
-          {static_cast<int32_t>(windows_.size()), static_cast<int32_t>(last - first + 1)});
+          {static_cast<int32_t>(window_ids_.size()), static_cast<int32_t>(last - first + 1)});
       readers.push_back(0);
       for (size_t w = first; w <= last; ++w) {
-        auto [window, new_window] = window_index.try_emplace(
-            std::make_pair(mapping->data(), w), static_cast<int32_t>(storages_per_window.size()));
-        if (new_window) storages_per_window.push_back(0);
+        auto [window, new_window] = window_index.try_emplace(std::make_pair(mapping->data(), w),
+                                                             static_cast<int32_t>(windows_.size()));
+        if (new_window) {
+          const size_t end = std::min(mapping->size(), (w + 1) * kReleaseWindow);
+          windows_.push_back({mapping->data() + w * kReleaseWindow, mapping->data() + end});
+          storages_per_window.push_back(0);
+        }
         ++storages_per_window[window->second];
-        // windows_ holds each storage's windows consecutively, repeats included.
-        const size_t end = std::min(mapping->size(), (w + 1) * kReleaseWindow);
-        windows_.push_back({mapping->data() + w * kReleaseWindow, mapping->data() + end});
         window_ids_.push_back(window->second);
       }
     });
@@ -76,8 +77,9 @@ void ReleaseAfterLastUse::Done(size_t step) {
     if (readers_left_[s].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
     const Storage& storage = storages_[s];
     for (int32_t k = storage.first_window; k < storage.first_window + storage.num_windows; ++k) {
-      if (storages_left_[window_ids_[k]].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        ReleaseMappedPages(windows_[k].begin, windows_[k].end);
+      const int32_t w = window_ids_[k];
+      if (storages_left_[w].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        ReleaseMappedPages(windows_[w].begin, windows_[w].end);
       }
     }
   }

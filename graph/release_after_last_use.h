@@ -55,17 +55,17 @@ class ReleaseAfterLastUse {
     const char* end;
   };
   struct Storage {
-    int32_t first_window;  // the windows it overlaps, consecutive in `windows_`
+    int32_t first_window;  // the ids of the windows it overlaps, consecutive in `window_ids_`
     int32_t num_windows;
   };
 
   TensorsOf tensors_of_;
   absl::flat_hash_map<const c10::StorageImpl*, int32_t> index_;
   std::vector<Storage> storages_;
-  std::vector<Window> windows_;      // each storage's windows, in storage order
-  std::vector<int32_t> window_ids_;  // for each entry of windows_, its window's counter
+  std::vector<Window> windows_;      // by window id, each window once
+  std::vector<int32_t> window_ids_;  // each storage's window ids, in storage order
   std::unique_ptr<std::atomic<int32_t>[]> readers_left_;   // per storage
-  std::unique_ptr<std::atomic<int32_t>[]> storages_left_;  // per window: storages to read
+  std::unique_ptr<std::atomic<int32_t>[]> storages_left_;  // per window id: storages to read
 };
 
 }  // namespace torchlens

@@ -6,15 +6,12 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <fstream>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "graph/compare.h"
 #include "graph/mapped_storage.h"
+#include "graph/mapping_resident.h"
 #include "graph/non_finite.h"
 #include "graph/trace_file.h"
 #include "gtest/gtest.h"
@@ -29,31 +26,6 @@ constexpr int64_t kLayers = 8;
 constexpr int64_t kRows = 8192;
 constexpr int64_t kWidth = 256;  // each value: 8 MiB
 constexpr int64_t kValueBytes = kRows * kWidth * 4;
-
-// Resident bytes of the mapping that holds `address`, from /proc/self/smaps; -1 if none.
-int64_t ResidentBytesOfMappingAt(const void* address) {
-  const auto at = reinterpret_cast<uintptr_t>(address);
-  std::ifstream smaps("/proc/self/smaps");
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    const std::string range = line.substr(0, line.find(' '));
-    const std::vector<std::string> ends = absl::StrSplit(range, '-');
-    uint64_t start = 0;
-    uint64_t end = 0;
-    if (ends.size() == 2 && absl::SimpleHexAtoi(ends[0], &start) &&
-        absl::SimpleHexAtoi(ends[1], &end)) {
-      inside = start <= at && at < end;
-      continue;
-    }
-    int64_t kb = 0;
-    if (inside && absl::StartsWith(line, "Rss:") &&
-        absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line.substr(4)), "kB"),
-                         &kb)) {
-      return kb * 1024;
-    }
-  }
-  return -1;
-}
 
 // A trace file of kLayers Linear + ReLU layers over [kRows, kWidth] (about 2 kLayers
 // values of 8 MiB), written once per test program.
