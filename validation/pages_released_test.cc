@@ -45,7 +45,9 @@ const std::string& TraceFile() {
     const at::Tensor y = model->forward(x);
     absl::StatusOr<Trace> trace = guard.Finish(y);
     EXPECT_TRUE(trace.ok()) << trace.status();
-    if (trace.ok()) EXPECT_TRUE(SaveTrace(*trace, *file).ok());
+    if (trace.ok()) {
+      EXPECT_TRUE(SaveTrace(*trace, *file).ok());
+    }
     return file;
   }();
   return *path;
